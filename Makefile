@@ -1,0 +1,48 @@
+# One Makefile, the same commands here, in CI and on a laptop.
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+TORCH_SPEC ?= torch==2.13.0
+
+.PHONY: install test lint check format demo bench snapshots tui example clean
+
+install: $(BIN)/traceml
+
+$(BIN)/traceml: pyproject.toml
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q "$(TORCH_SPEC)"
+	$(BIN)/pip install -q -e ".[dev]"
+	@touch $@
+
+test: install
+	$(BIN)/pytest -q
+
+lint: install
+	$(BIN)/ruff check traceml tui tests examples benchmarks
+	$(BIN)/ruff format --check traceml tui tests examples benchmarks
+	$(BIN)/mypy
+	$(BIN)/lint-imports
+
+format: install
+	$(BIN)/ruff format traceml tui tests examples benchmarks
+	$(BIN)/ruff check --fix traceml tui tests examples benchmarks
+
+check: format lint test
+
+demo: install
+	$(BIN)/traceml run --no-live examples/input_bound.py
+
+example: demo
+
+bench: install
+	$(BIN)/python benchmarks/overhead.py
+
+snapshots: install
+	$(BIN)/pytest tests/tui --snapshot-update
+
+tui: install
+	$(BIN)/textual run --dev traceml_tui.app:TraceMLApp
+
+clean:
+	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache

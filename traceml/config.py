@@ -1,0 +1,116 @@
+"""Settings from the environment and the diagnosis thresholds, each in one frozen dataclass.
+
+Read once at `init`; nothing here touches torch or the network.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from traceml.errors import ConfigError
+
+Mode = Literal["auto", "manual", "off"]
+MODES: tuple[Mode, ...] = ("auto", "manual", "off")
+
+
+@dataclass(frozen=True, slots=True)
+class Thresholds:
+    """Every number the diagnosis compares against (DESIGN.md section 6), in one place."""
+
+    input_warning: float = 0.10
+    input_critical: float = 0.20
+    host_warning: float = 0.10
+    host_critical: float = 0.20
+    h2d_warning: float = 0.10
+    h2d_critical: float = 0.20
+    optimizer_warning: float = 0.25
+    optimizer_critical: float = 0.40
+    compute_share: float = 0.80
+    straggler_warning: float = 0.10
+    straggler_critical: float = 0.20
+    straggler_phase_explains: float = 0.80
+    growth_fraction: float = 0.05
+    growth_absolute_mb: float = 1024.0
+    pressure_warning: float = 0.92
+    pressure_critical: float = 0.97
+    fragmented_ratio: float = 2.0
+    fragmented_capacity: float = 0.30
+    imbalance_skew: float = 0.20
+    imbalance_pressure: float = 0.30
+    min_steps_for_critical: int = 20
+    min_steps: int = 2
+    warmup_steps: int = 5
+    warmup_fraction: float = 0.05
+    live_window: int = 100
+    compare_moderate: float = 0.03
+    compare_material: float = 0.08
+
+
+DEFAULT_THRESHOLDS = Thresholds()
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    """How TraceML runs in this process, from `init` arguments and TRACEML_* variables."""
+
+    mode: Mode = "auto"
+    summary_path: Path | None = None
+    """Where final_summary.json goes; None means traceml-runs/<run-id>/final_summary.json."""
+    runtime_dir: Path | None = None
+    """Private dir for run files and sockets; None means $TRACEML_RUNTIME_DIR or /tmp/traceml-<uid>."""
+    run_id: str | None = None
+    """Forced run id; None derives one (DESIGN.md section 4)."""
+    progress: bool = False
+    """Print a compact progress line every few seconds (set by `traceml run --no-live`)."""
+    publish: bool = True
+    """Open the live transport; False keeps everything in-process."""
+    listen: Literal["ipc", "tcp"] = "ipc"
+    insecure: bool = False
+    """Allow TCP without CURVE; must be asked for by name."""
+    history_steps: int = 4096
+    """Full-resolution step records kept per rank for attach snapshots."""
+    buffer_steps: int = 65536
+    """Records the training thread may queue before the oldest are dropped (and counted)."""
+
+
+def _flag(env: Mapping[str, str], name: str, default: bool) -> bool:
+    raw = env.get(name)
+    if raw is None or raw == "":
+        return default
+    return raw.strip().lower() in ("1", "true", "yes", "on")
+
+
+def parse_mode(raw: str) -> Mode:
+    """Validate a mode name; raise ConfigError naming the allowed values."""
+    value = raw.strip().lower()
+    for mode in MODES:
+        if value == mode:
+            return mode
+    raise ConfigError(f"unknown TraceML mode {raw!r}: use one of {', '.join(MODES)}")
+
+
+def settings_from_env(mode: str = "auto", env: Mapping[str, str] | None = None) -> Settings:
+    """Build Settings from an `init` mode and the environment (TRACEML_MODE overrides `mode`)."""
+    env = os.environ if env is None else env
+    summary = env.get("TRACEML_SUMMARY")
+    runtime = env.get("TRACEML_RUNTIME_DIR")
+    listen = env.get("TRACEML_LISTEN", "ipc")
+    if listen not in ("ipc", "tcp"):
+        raise ConfigError(f"TRACEML_LISTEN={listen!r}: use ipc or tcp")
+    return Settings(
+        mode=parse_mode(env.get("TRACEML_MODE") or mode),
+        summary_path=Path(summary) if summary else None,
+        runtime_dir=Path(runtime) if runtime else None,
+        run_id=env.get("TRACEML_RUN_ID") or None,
+        progress=_flag(env, "TRACEML_PROGRESS", False),
+        publish=_flag(env, "TRACEML_PUBLISH", True),
+        listen="tcp" if listen == "tcp" else "ipc",
+        insecure=_flag(env, "TRACEML_INSECURE", False),
+    )
+
+PHASES_MANUAL: tuple[str, ...] = ("dataloader", "forward", "backward", "optimizer", "h2d")
+"""Phases a user may mark with `traceml.phase(name)`; between and other are what is left."""
