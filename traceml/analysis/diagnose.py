@@ -1,0 +1,96 @@
+"""Run every rule family over a RunView and rank the findings, most severe first.
+
+The rule lists are module-level and editable, like pyinstrument's processors. Pure: no I/O, no
+state between calls, no torch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from traceml.analysis import rules_memory, rules_ranks, rules_step
+from traceml.config import DEFAULT_THRESHOLDS, Thresholds
+from traceml.records import SEVERITY_ORDER, Finding
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+
+    from traceml.analysis.rules import Rule
+    from traceml.analysis.view import RunView
+
+STEP_RULES: list[Rule] = [
+    rules_step.no_steps,
+    rules_step.warmup,
+    rules_step.input_bound,
+    rules_step.host_bound,
+    rules_step.h2d_bound,
+    rules_step.optimizer_bound,
+    rules_step.compute_bound,
+]
+"""Step-time rules in tie-break order (on equal severity the earlier one wins)."""
+
+MEMORY_RULES: list[Rule] = [
+    rules_memory.pressure,
+    rules_memory.growing,
+    rules_memory.fragmented,
+    rules_memory.imbalanced,
+]
+
+RANK_RULES: list[Rule] = [
+    rules_ranks.input_straggler,
+    rules_ranks.compute_straggler,
+    rules_ranks.straggler,
+]
+"""Rank rules; they only fire for world_size > 1."""
+
+
+@dataclass(frozen=True, slots=True)
+class Diagnosis:
+    """The findings of one RunView: one per section plus every finding, most severe first."""
+
+    step: Finding
+    """The most severe step-time finding; BALANCED when no step rule fired."""
+    memory: Finding
+    """The most severe memory finding; BALANCED when no memory rule fired."""
+    ranks: tuple[Finding, ...]
+    """Rank findings, most severe first; () for one rank or when ranks are even."""
+    findings: tuple[Finding, ...]
+    """Every finding (step, rank, memory; BALANCED ones included), most severe first."""
+
+    @property
+    def primary(self) -> Finding:
+        """The one finding to show first: the most severe, step time winning ties."""
+        return self.findings[0]
+
+
+def by_severity(findings: Iterable[Finding]) -> list[Finding]:
+    """Most severe first; a stable sort, so callers' order breaks ties."""
+    return sorted(findings, key=lambda f: -SEVERITY_ORDER[f.severity])
+
+
+def _fired(rules: Iterable[Rule], view: RunView, th: Thresholds) -> list[Finding]:
+    return by_severity(f for rule in rules if (f := rule(view, th)) is not None)
+
+
+def diagnose(view: RunView, thresholds: Thresholds = DEFAULT_THRESHOLDS) -> Diagnosis:
+    """Apply STEP_RULES, RANK_RULES and MEMORY_RULES to `view`.
+
+    Args:
+        view: A live or summary view from RunStore.
+        thresholds: The numbers the rules compare against.
+
+    Returns:
+        A Diagnosis whose `primary` is the most severe finding.
+    """
+    step = _fired(STEP_RULES, view, thresholds) or [rules_step.balanced_step(view, thresholds)]
+    memory = _fired(MEMORY_RULES, view, thresholds) or [
+        rules_memory.balanced_memory(view, thresholds)
+    ]
+    ranks = _fired(RANK_RULES, view, thresholds)
+    return Diagnosis(
+        step=step[0],
+        memory=memory[0],
+        ranks=tuple(ranks),
+        findings=tuple(by_severity([*step, *ranks, *memory])),
+    )

@@ -1,0 +1,355 @@
+"""Streaming statistics whose memory stays bounded however many steps a run has.
+
+Pure arithmetic over records: no I/O, no clocks, no threads, and never torch. A long run is
+summarised by a log-bucketed histogram (quantiles within ~1 %), running phase sums and a
+block-averaged series of at most `SERIES_POINTS` points.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+from traceml.records import PHASES, Clock, StepRecord, SystemSample
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Sequence
+
+SERIES_POINTS = 256
+"""Most points a BlockSeries keeps; on overflow neighbouring blocks merge and the stride doubles."""
+
+SLOPE_POINTS = 64
+"""Points a series slope samples at most (2,016 pairs), so many-rank views stay cheap."""
+
+Point = tuple[int, float]
+"""(step index, value) of a series."""
+
+
+def max_opt(a: float | None, b: float | None) -> float | None:
+    """The larger of two optional values; None only when both are None."""
+    if a is None:
+        return b
+    return b if b is not None and b > a else a
+
+
+def quantile(sorted_values: Sequence[float], q: float) -> float | None:
+    """Exact quantile with linear interpolation (numpy's default); None for no values."""
+    if not sorted_values:
+        return None
+    pos = q * (len(sorted_values) - 1)
+    lo = math.floor(pos)
+    hi = min(lo + 1, len(sorted_values) - 1)
+    return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (pos - lo)
+
+
+def median(values: Iterable[float | None]) -> float | None:
+    """Median of the values that are not None; None when there are none."""
+    return quantile(sorted(v for v in values if v is not None), 0.5)
+
+
+def theil_sen_slope(points: Sequence[tuple[float, float]]) -> float | None:
+    """Median of the pairwise slopes: robust to outliers and single spikes.
+
+    Returns None with fewer than two distinct x. O(n^2) in points, so callers pass decimated
+    series (at most SERIES_POINTS).
+    """
+    slopes = [
+        (y2 - y1) / (x2 - x1)
+        for i, (x1, y1) in enumerate(points)
+        for (x2, y2) in points[i + 1 :]
+        if x2 != x1
+    ]
+    return median(slopes)
+
+
+def series_slope(series: Sequence[Point], limit: int = SLOPE_POINTS) -> float | None:
+    """Theil-Sen slope (value per step) of a series thinned to `limit` evenly spaced points."""
+    if len(series) > limit:
+        stride = (len(series) - 1) / (limit - 1)
+        series = [series[round(i * stride)] for i in range(limit)]
+    return theil_sen_slope([(float(x), y) for x, y in series])
+
+
+class LogHistogram:
+    """Counts values in logarithmic buckets, DDSketch-style, for quantiles within ~1 %.
+
+    Bucket k holds (gamma^(k-1), gamma^k]; its representative value is within
+    `relative_accuracy` of every value in it. Values <= 0 are counted apart as 0.
+    """
+
+    __slots__ = ("_buckets", "_gamma", "_log_gamma", "_zeros", "count")
+
+    def __init__(self, relative_accuracy: float = 0.01) -> None:
+        self._gamma = (1 + relative_accuracy) / (1 - relative_accuracy)
+        self._log_gamma = math.log(self._gamma)
+        self._buckets: dict[int, int] = {}
+        self._zeros = 0
+        self.count = 0
+        """Values added, including zeros."""
+
+    def add(self, value: float) -> None:
+        if not math.isfinite(value):
+            return
+        self.count += 1
+        if value <= 0:
+            self._zeros += 1
+            return
+        key = math.ceil(math.log(value) / self._log_gamma)
+        self._buckets[key] = self._buckets.get(key, 0) + 1
+
+    def merge(self, other: LogHistogram) -> None:
+        """Add the counts of `other` (same relative accuracy) to this histogram."""
+        self.count += other.count
+        self._zeros += other._zeros
+        for key, n in other._buckets.items():
+            self._buckets[key] = self._buckets.get(key, 0) + n
+
+    def quantile(self, q: float) -> float | None:
+        """Value at quantile q in [0, 1] (lower rank on ties); None when empty."""
+        if self.count == 0:
+            return None
+        rank = q * (self.count - 1)
+        seen = self._zeros
+        if rank < seen:
+            return 0.0
+        for key in sorted(self._buckets):
+            seen += self._buckets[key]
+            if seen > rank:
+                return 2 * self._gamma**key / (self._gamma + 1)
+        return 2 * self._gamma ** max(self._buckets) / (self._gamma + 1)
+
+
+class PhaseTotals:
+    """Running sums per phase; a phase never measured stays None, never 0."""
+
+    __slots__ = ("_counts", "_ms", "_step_ms")
+
+    def __init__(self) -> None:
+        self._ms = [0.0] * len(PHASES)
+        self._step_ms = [0.0] * len(PHASES)
+        self._counts = [0] * len(PHASES)
+
+    def add(self, phases: Sequence[float | None], step_ms: float) -> None:
+        for i, value in enumerate(phases):
+            if value is not None:
+                self._ms[i] += value
+                self._step_ms[i] += step_ms
+                self._counts[i] += 1
+
+    def merge(self, other: PhaseTotals) -> None:
+        for i in range(len(PHASES)):
+            self._ms[i] += other._ms[i]
+            self._step_ms[i] += other._step_ms[i]
+            self._counts[i] += other._counts[i]
+
+    def means(self) -> tuple[float | None, ...]:
+        """Mean ms per phase over the steps that measured it."""
+        return tuple(ms / n if n else None for ms, n in zip(self._ms, self._counts, strict=True))
+
+    def shares(self) -> tuple[float | None, ...]:
+        """Fraction of step time per phase, over the steps that measured that phase."""
+        return tuple(
+            ms / step if n and step > 0 else None
+            for ms, step, n in zip(self._ms, self._step_ms, self._counts, strict=True)
+        )
+
+
+class BlockSeries:
+    """Block means of `width` channels over steps, at most `capacity` blocks for the whole run.
+
+    Steps are grouped in aligned blocks of `stride` steps (a power of two). When the blocks
+    outnumber `capacity`, pairs merge and the stride doubles, so memory is O(capacity).
+    """
+
+    __slots__ = ("_blocks", "capacity", "stride", "width")
+
+    def __init__(self, width: int, capacity: int = SERIES_POINTS) -> None:
+        self.width = width
+        self.capacity = max(2, capacity)
+        self.stride = 1
+        """Steps per block; doubles on each merge."""
+        self._blocks: list[list[float]] = []
+        """Each block: [block id, sum of steps, steps, then sum and count per channel]."""
+
+    def add(self, step: int, values: Sequence[float | None]) -> None:
+        block = self._block(step // self.stride)
+        block[1] += step
+        block[2] += 1
+        for c, value in enumerate(values):
+            if value is not None:
+                block[3 + 2 * c] += value
+                block[4 + 2 * c] += 1
+        if len(self._blocks) > self.capacity:
+            self._halve()
+
+    def points(self, channel: int) -> tuple[Point, ...]:
+        """(mean step, mean value) of each block that measured `channel`, in step order."""
+        i = 3 + 2 * channel
+        return tuple((round(b[1] / b[2]), b[i] / b[i + 1]) for b in self._blocks if b[i + 1] > 0)
+
+    def _block(self, bid: int) -> list[float]:
+        blocks = self._blocks
+        pos = len(blocks)
+        while pos > 0 and blocks[pos - 1][0] > bid:
+            pos -= 1
+        if pos > 0 and blocks[pos - 1][0] == bid:
+            return blocks[pos - 1]
+        block = [float(bid)] + [0.0] * (2 + 2 * self.width)
+        blocks.insert(pos, block)
+        return block
+
+    def _halve(self) -> None:
+        self._blocks = _coalesce(self._blocks, 2)
+        self.stride *= 2
+
+    @classmethod
+    def merged(cls, parts: Sequence[BlockSeries]) -> BlockSeries:
+        """One series over the steps of all `parts` (same width), re-binned to a common stride."""
+        out = cls(parts[0].width, max(p.capacity for p in parts))
+        out.stride = max(p.stride for p in parts)
+        blocks = [b for p in parts for b in _coalesce(p._blocks, out.stride // p.stride)]
+        out._blocks = _coalesce(sorted(blocks, key=lambda b: b[0]), 1)
+        while len(out._blocks) > out.capacity:
+            out._halve()
+        return out
+
+
+def _coalesce(blocks: list[list[float]], factor: int) -> list[list[float]]:
+    """Blocks (sorted by id) re-keyed to id // factor, summing blocks that land on the same id."""
+    merged: list[list[float]] = []
+    for block in blocks:
+        bid = float(int(block[0]) // factor)
+        if merged and merged[-1][0] == bid:
+            merged[-1][1:] = [a + b for a, b in zip(merged[-1][1:], block[1:], strict=True)]
+        else:
+            merged.append([bid, *block[1:]])
+    return merged
+
+
+class WindowStats:
+    """Aggregates of one rank's steps from step index `start` on, in O(1) memory.
+
+    Channels of `series`: 0 = step ms, 1 = host RSS MB, 2 = device allocated MB.
+    """
+
+    __slots__ = (
+        "clock",
+        "count",
+        "device_peak_allocated_mb",
+        "device_peak_reserved_mb",
+        "host_rss_peak_mb",
+        "phases",
+        "series",
+        "start",
+        "step_hist",
+        "step_total_ms",
+    )
+
+    def __init__(self, start: int = 0, capacity: int = SERIES_POINTS) -> None:
+        self.start = start
+        """First step index this aggregate takes; earlier steps are warm-up."""
+        self.count = 0
+        self.step_total_ms = 0.0
+        self.step_hist = LogHistogram()
+        self.phases = PhaseTotals()
+        self.series = BlockSeries(3, capacity)
+        self.host_rss_peak_mb: float | None = None
+        self.device_peak_allocated_mb: float | None = None
+        self.device_peak_reserved_mb: float | None = None
+        self.clock: Clock = "host"
+        """Clock of the latest record added."""
+
+    def add(self, rec: StepRecord) -> None:
+        self.count += 1
+        self.step_total_ms += rec.step_ms
+        self.step_hist.add(rec.step_ms)
+        self.phases.add(rec.phases, rec.step_ms)
+        self.series.add(rec.step, (rec.step_ms, rec.host_rss_mb, rec.device_allocated_mb))
+        self.host_rss_peak_mb = max_opt(self.host_rss_peak_mb, rec.host_rss_mb)
+        peak = max_opt(rec.device_peak_mb, rec.device_allocated_mb)
+        self.device_peak_allocated_mb = max_opt(self.device_peak_allocated_mb, peak)
+        self.device_peak_reserved_mb = max_opt(self.device_peak_reserved_mb, rec.device_reserved_mb)
+        self.clock = rec.clock
+
+    @property
+    def mean_ms(self) -> float | None:
+        return self.step_total_ms / self.count if self.count else None
+
+    @classmethod
+    def merged(cls, parts: Sequence[WindowStats]) -> WindowStats:
+        """The aggregate of consecutive `parts` (in step order) as if built in one pass."""
+        out = cls(min(p.start for p in parts), parts[0].series.capacity)
+        for part in parts:
+            out.count += part.count
+            out.step_total_ms += part.step_total_ms
+            out.step_hist.merge(part.step_hist)
+            out.phases.merge(part.phases)
+            out.host_rss_peak_mb = max_opt(out.host_rss_peak_mb, part.host_rss_peak_mb)
+            out.device_peak_allocated_mb = max_opt(
+                out.device_peak_allocated_mb, part.device_peak_allocated_mb
+            )
+            out.device_peak_reserved_mb = max_opt(
+                out.device_peak_reserved_mb, part.device_peak_reserved_mb
+            )
+            out.clock = part.clock if part.count else out.clock
+        out.series = BlockSeries.merged([p.series for p in parts])
+        return out
+
+    @classmethod
+    def of(cls, records: Iterable[StepRecord], capacity: int = SERIES_POINTS) -> WindowStats:
+        """Aggregate a finite batch of records (a live window, a warm-up-trimmed ring)."""
+        stats = cls(capacity=capacity)
+        for rec in records:
+            stats.add(rec)
+        return stats
+
+
+class RunningMean:
+    """Mean of the values that were measured; None until one was."""
+
+    __slots__ = ("count", "total")
+
+    def __init__(self) -> None:
+        self.total = 0.0
+        self.count = 0
+
+    def add(self, value: float | None) -> None:
+        if value is not None:
+            self.total += value
+            self.count += 1
+
+    @property
+    def value(self) -> float | None:
+        return self.total / self.count if self.count else None
+
+
+SYSTEM_MEANS: tuple[str, ...] = ("process_cpu_pct", "host_cpu_pct", "gpu_util_pct", "gpu_power_w")
+"""SystemSample fields averaged over the run."""
+SYSTEM_PEAKS: tuple[str, ...] = ("gpu_temp_c", "host_mem_used_mb", "gpu_mem_used_mb")
+"""SystemSample fields whose maximum over the run is kept."""
+
+
+class SystemTotals:
+    """Whole-run means and peaks of one rank's system samples."""
+
+    __slots__ = ("_means", "_peaks", "samples")
+
+    def __init__(self) -> None:
+        self.samples = 0
+        self._means = {name: RunningMean() for name in SYSTEM_MEANS}
+        self._peaks: dict[str, float | None] = dict.fromkeys(SYSTEM_PEAKS)
+
+    def add(self, sample: SystemSample) -> None:
+        self.samples += 1
+        for name, mean in self._means.items():
+            mean.add(getattr(sample, name))
+        for name in SYSTEM_PEAKS:
+            self._peaks[name] = max_opt(self._peaks[name], getattr(sample, name))
+
+    def mean(self, name: str) -> float | None:
+        """Run mean of a SYSTEM_MEANS field; None when never measured."""
+        return self._means[name].value
+
+    def peak(self, name: str) -> float | None:
+        """Run maximum of a SYSTEM_PEAKS field; None when never measured."""
+        return self._peaks[name]

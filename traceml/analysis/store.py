@@ -1,0 +1,286 @@
+"""RunStore: folds the records of every rank into bounded history and builds RunViews from it.
+
+Memory is O(history_steps) per rank, whatever the run's length. The store does no I/O and never
+blocks for long: one internal lock guards each call, so a feed thread may write while another
+thread takes views. It must never import torch or textual.
+
+Warm-up for the summary (DESIGN.md section 6, "first 5 steps or 5 %"): a rank with n steps skips
+its first max(warmup_steps, ceil(warmup_fraction * n)) steps. While every step from there on is
+still in the full-resolution ring, that cut is exact. For longer runs the ring no longer holds
+them, so the store keeps aggregates of disjoint segments that start at doubling step indices
+(0, 5, 10, 20, 40, ...; at most `MAX_WARMUP_SEGMENTS`) and merges the segments from the one whose
+start is the smallest >= the cut. Each step lands in exactly one segment, and segments that end
+before the cut are dropped (the cut never moves back), so only a handful live at a time. When
+fewer than `min_steps` steps would remain after the cut (a 3- or 6-step run), the summary uses
+every step, so a short run still has numbers.
+"""
+
+from __future__ import annotations
+
+import bisect
+import itertools
+import math
+import threading
+from collections import deque
+from typing import TYPE_CHECKING
+
+from traceml.analysis.stats import SystemTotals, WindowStats, quantile
+from traceml.analysis.view import RankState, RankWindow, RunView, ViewKind
+from traceml.config import DEFAULT_THRESHOLDS, Thresholds
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Sequence
+
+    from traceml.records import RankEnd, RankInfo, StepRecord, SystemSample
+
+MAX_WARMUP_SEGMENTS = 24
+"""Segment starts are 0 and warmup_steps * 2^k for k < this (5 .. ~42 M); the last is open-ended."""
+
+
+def warmup_target(total_steps: int, thresholds: Thresholds) -> int:
+    """Steps to skip as warm-up: max(warmup_steps, ceil(warmup_fraction * total_steps))."""
+    return max(thresholds.warmup_steps, math.ceil(thresholds.warmup_fraction * total_steps))
+
+
+def summary_start(total_steps: int, thresholds: Thresholds) -> int:
+    """First step index of the summary window; 0 when too few steps would remain after warm-up."""
+    target = warmup_target(total_steps, thresholds)
+    return 0 if total_steps - target < thresholds.min_steps else target
+
+
+class _Rank:
+    """Everything the store keeps about one rank."""
+
+    __slots__ = (
+        "dropped",
+        "end",
+        "evicted_max",
+        "history",
+        "in_ring",
+        "info",
+        "last_step",
+        "last_system",
+        "ring",
+        "segments",
+        "starts",
+        "state",
+        "system",
+    )
+
+    def __init__(self, history: int, starts: tuple[int, ...]) -> None:
+        self.history = history
+        self.starts = starts
+        self.ring: deque[StepRecord] = deque()
+        self.in_ring: set[int] = set()
+        self.evicted_max = -1
+        """Highest step index pushed out of the ring; older or equal late records are ignored."""
+        self.last_step = -1
+        self.segments: dict[int, WindowStats] = {}
+        """Aggregates of [start, next start) by start; ones before the warm-up cut are dropped."""
+        self.info: RankInfo | None = None
+        self.end: RankEnd | None = None
+        self.state: RankState = "live"
+        self.dropped = 0
+        self.system = SystemTotals()
+        self.last_system: SystemSample | None = None
+
+    @property
+    def total_steps(self) -> int:
+        ended = self.end.steps if self.end is not None else 0
+        return max(self.last_step + 1, ended)
+
+    def add(self, rec: StepRecord, thresholds: Thresholds) -> None:
+        if rec.step in self.in_ring or rec.step <= self.evicted_max:
+            return
+        self._push(rec)
+        self.last_step = max(self.last_step, rec.step)
+        start = self.starts[bisect.bisect_right(self.starts, rec.step) - 1]
+        segment = self.segments.get(start)
+        if segment is None:
+            segment = self.segments[start] = WindowStats(start)
+        segment.add(rec)
+        self._prune(warmup_target(self.total_steps, thresholds))
+
+    def _push(self, rec: StepRecord) -> None:
+        if not self.ring or rec.step > self.ring[-1].step:
+            self.ring.append(rec)
+        else:
+            bisect.insort(self.ring, rec, key=lambda r: r.step)
+        self.in_ring.add(rec.step)
+        if len(self.ring) > self.history:
+            old = self.ring.popleft()
+            self.in_ring.discard(old.step)
+            self.evicted_max = max(self.evicted_max, old.step)
+
+    def _prune(self, target: int) -> None:
+        """Drop segments that end at or before the cut: no later summary can start in them."""
+        if len(self.segments) < 2 or min(self.segments) >= target:
+            return
+        for start in sorted(self.segments):
+            nxt = self.starts.index(start) + 1
+            if nxt < len(self.starts) and self.starts[nxt] <= target:
+                del self.segments[start]
+
+    def summary_stats(self, thresholds: Thresholds) -> tuple[WindowStats, list[float] | None]:
+        """Post-warm-up aggregates, plus the sorted step times when they are exact."""
+        start = summary_start(self.total_steps, thresholds)
+        if self.evicted_max < start:
+            return _exact([r for r in self.ring if r.step >= start])
+        first = min((s for s in self.segments if s >= start), default=None)
+        parts = [a for s, a in sorted(self.segments.items()) if first is None or s >= first]
+        return (WindowStats.merged(parts) if parts else WindowStats()), None
+
+    def live_stats(self, window: int) -> tuple[WindowStats, list[float] | None]:
+        recent = list(itertools.islice(reversed(self.ring), window)) if window > 0 else []
+        return _exact(recent[::-1])
+
+
+def _exact(records: Sequence[StepRecord]) -> tuple[WindowStats, list[float]]:
+    return WindowStats.of(records), sorted(r.step_ms for r in records)
+
+
+def _window(rank: int, data: _Rank, stats: WindowStats, exact: list[float] | None) -> RankWindow:
+    info, series = data.info, stats.series
+    if exact is None:
+        mid, p95 = stats.step_hist.quantile(0.5), stats.step_hist.quantile(0.95)
+    else:
+        mid, p95 = quantile(exact, 0.5), quantile(exact, 0.95)
+    return RankWindow(
+        rank=rank,
+        host=info.host if info else "",
+        steps=stats.count,
+        total_steps=data.total_steps,
+        median_ms=mid,
+        p95_ms=p95,
+        mean_ms=stats.mean_ms,
+        phase_ms=stats.phases.means(),
+        phase_share=stats.phases.shares(),
+        step_series=series.points(0),
+        host_rss=series.points(1),
+        device_allocated=series.points(2),
+        device_peak_allocated_mb=stats.device_peak_allocated_mb,
+        device_peak_reserved_mb=stats.device_peak_reserved_mb,
+        device_capacity_mb=info.device_capacity_mb if info else None,
+        host_rss_peak_mb=stats.host_rss_peak_mb,
+        state=data.state,
+        clock=stats.clock,
+        dropped=data.dropped,
+        exit=data.end.exit if data.end else None,
+    )
+
+
+class RunStore:
+    """Bounded per-rank history plus whole-run aggregates of every rank of one run.
+
+    Args:
+        history_steps: Full-resolution step records kept per rank (for `recent` and live views).
+        thresholds: Warm-up and live-window sizes, shared with the diagnosis.
+    """
+
+    def __init__(
+        self, history_steps: int = 4096, thresholds: Thresholds = DEFAULT_THRESHOLDS
+    ) -> None:
+        if history_steps < 1:
+            raise ValueError(f"history_steps must be >= 1, got {history_steps}")
+        self.history_steps = history_steps
+        self.thresholds = thresholds
+        base = max(1, thresholds.warmup_steps)
+        self._starts = (0, *(base << k for k in range(MAX_WARMUP_SEGMENTS)))
+        self._ranks: dict[int, _Rank] = {}
+        self._lock = threading.RLock()
+
+    def _rank(self, rank: int) -> _Rank:
+        data = self._ranks.get(rank)
+        if data is None:
+            data = self._ranks[rank] = _Rank(self.history_steps, self._starts)
+        return data
+
+    def add_info(self, info: RankInfo) -> None:
+        with self._lock:
+            self._rank(info.rank).info = info
+
+    def add_steps(self, records: Sequence[StepRecord]) -> None:
+        """Fold step records of any ranks, in any order; a repeated (rank, step) is ignored."""
+        with self._lock:
+            for rec in records:
+                self._rank(rec.rank).add(rec, self.thresholds)
+
+    def add_system(self, sample: SystemSample) -> None:
+        with self._lock:
+            data = self._rank(sample.rank)
+            data.system.add(sample)
+            data.last_system = sample
+
+    def add_end(self, end: RankEnd) -> None:
+        """Record how a rank ended; its state becomes "finished"."""
+        with self._lock:
+            data = self._rank(end.rank)
+            data.end = end
+            data.state = "finished"
+
+    def set_rank_state(self, rank: int, state: RankState) -> None:
+        with self._lock:
+            self._rank(rank).state = state
+
+    def set_dropped(self, rank: int, dropped: int) -> None:
+        with self._lock:
+            self._rank(rank).dropped = dropped
+
+    def ranks(self) -> list[int]:
+        with self._lock:
+            return sorted(self._ranks)
+
+    def total_steps(self, rank: int) -> int:
+        """Steps `rank` has run (highest step index + 1, or its RankEnd count); 0 if unknown."""
+        with self._lock:
+            data = self._ranks.get(rank)
+            return data.total_steps if data else 0
+
+    def recent(self, rank: int, n: int) -> list[StepRecord]:
+        """The last `n` full-resolution records of `rank`, oldest first."""
+        with self._lock:
+            data = self._ranks.get(rank)
+            return list(data.ring)[-n:] if data and n > 0 else []
+
+    def last_system(self, rank: int) -> SystemSample | None:
+        with self._lock:
+            data = self._ranks.get(rank)
+            return data.last_system if data else None
+
+    def info(self, rank: int) -> RankInfo | None:
+        with self._lock:
+            data = self._ranks.get(rank)
+            return data.info if data else None
+
+    def system_totals(self) -> list[SystemTotals]:
+        """Whole-run system means and peaks, one per rank that sent samples, in rank order."""
+        with self._lock:
+            return [d.system for _, d in sorted(self._ranks.items()) if d.system.samples]
+
+    def live_view(self, window: int | None = None) -> RunView:
+        """The last `window` steps per rank (default `thresholds.live_window`)."""
+        size = self.thresholds.live_window if window is None else window
+        with self._lock:
+            windows = [_window(r, d, *d.live_stats(size)) for r, d in sorted(self._ranks.items())]
+            return self._view(windows, "live")
+
+    def summary_view(self) -> RunView:
+        """The whole run of every rank after warm-up (see the module docstring)."""
+        th = self.thresholds
+        with self._lock:
+            windows = [_window(r, d, *d.summary_stats(th)) for r, d in sorted(self._ranks.items())]
+            return self._view(windows, "summary")
+
+    def _view(self, windows: Iterable[RankWindow], kind: ViewKind) -> RunView:
+        infos = [d.info for _, d in sorted(self._ranks.items()) if d.info is not None]
+        first = infos[0] if infos else None
+        hosts = {i.host for i in infos if i.host}
+        return RunView(
+            run_id=first.run_id if first else "",
+            script=first.script if first else "",
+            world_size=max([1, len(self._ranks), *(i.world_size for i in infos)]),
+            hosts=max(1, len(hosts)),
+            device=first.device if first else "cpu",
+            ranks=tuple(windows),
+            kind=kind,
+        )
