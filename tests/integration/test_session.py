@@ -1,0 +1,138 @@
+"""A real session in this process: hooks measure the right phases and nothing leaks at shutdown."""
+
+from __future__ import annotations
+
+import importlib
+import signal
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from traceml.analysis.schema import validate_summary  # noqa: E402
+from traceml.analysis.summary import load_summary  # noqa: E402
+
+import traceml  # noqa: E402
+from traceml import api  # noqa: E402
+
+
+def torch_state() -> dict[str, Any]:
+    opt = importlib.import_module("torch.optim.optimizer")
+    dl = importlib.import_module("torch.utils.data.dataloader")
+    return {
+        "next": dl._BaseDataLoaderIter.__dict__["__next__"],
+        "backward": torch.Tensor.__dict__["backward"],
+        "autograd": torch.autograd.backward,
+        "to": "to" in torch.Tensor.__dict__,
+        "cuda": "cuda" in torch.Tensor.__dict__,
+        "pre": len(opt._global_optimizer_pre_hooks),
+        "post": len(opt._global_optimizer_post_hooks),
+        "excepthook": sys.excepthook,
+        "sigterm": signal.getsignal(signal.SIGTERM),
+    }
+
+
+@pytest.fixture
+def session_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    monkeypatch.setattr(api, "_session", None)
+    monkeypatch.setattr(api, "_tried", False)
+    summary = tmp_path / "summary.json"
+    yield summary
+    traceml.shutdown()
+
+
+def loop(model: Any, steps: int, sleep_between: float = 0.0) -> None:
+    from torch.utils.data import DataLoader, TensorDataset
+
+    data = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)), batch_size=4)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    done = 0
+    while done < steps:
+        for x, y in data:
+            with traceml.trace_step(model):
+                opt.zero_grad()
+                torch.nn.functional.mse_loss(model(x), y).backward()
+                opt.step()
+            time.sleep(sleep_between)
+            done += 1
+            if done == steps:
+                return
+
+
+def test_no_hook_or_patch_leaks(session_env: Path) -> None:
+    before = torch_state()
+    model = torch.nn.Linear(8, 1)
+    traceml.init(mode="auto", summary=session_env)
+    session = api.current_session()
+    assert session is not None
+    loop(model, 5)
+    assert session.hooks.installed > 0
+    assert torch_state() != before
+    assert model._forward_pre_hooks
+    path = traceml.shutdown()
+    assert path == session_env
+    assert session.hooks.installed == 0
+    assert torch_state() == before
+    assert not model._forward_pre_hooks and not model._forward_hooks
+    validate_summary(load_summary(path))
+
+
+def test_phases_are_measured_where_they_happen(session_env: Path) -> None:
+    model = torch.nn.Linear(8, 1)
+    traceml.init(mode="auto", summary=session_env)
+    loop(model, 30, sleep_between=0.004)
+    traceml.shutdown()
+    summary = load_summary(session_env)
+    st = summary["step_time"]
+    assert st["steps"] > 0
+    assert st["between_pct"] > 50  # the 4 ms sleep dwarfs the tiny model's work
+    for phase in ("dataloader", "forward", "backward", "optimizer"):
+        assert st[f"{phase}_pct"] is not None and st[f"{phase}_pct"] > 0
+    assert st["h2d_pct"] is None
+
+
+def test_manual_mode_only_times_marked_phases(session_env: Path) -> None:
+    model = torch.nn.Linear(8, 1)
+    traceml.init(mode="manual", summary=session_env)
+    for _ in range(10):
+        with traceml.trace_step(model):
+            with traceml.phase("forward"):
+                out = model(torch.randn(4, 8))
+            out.sum().backward()
+    traceml.shutdown()
+    st = load_summary(session_env)["step_time"]
+    assert st["forward_pct"] is not None and st["forward_pct"] > 0
+    assert st["backward_pct"] is None  # not marked, not hooked: not measured
+    assert st["dataloader_pct"] is None
+
+
+def test_misuse_never_breaks_the_loop(session_env: Path, caplog: pytest.LogCaptureFixture) -> None:
+    traceml.init(mode="auto", summary=session_env)
+    traceml.init(mode="auto", summary=session_env)
+    with traceml.trace_step("not a module"):
+        x = 1 + 1
+    with traceml.trace_step(None), traceml.trace_step(None):
+        x += 1
+    assert x == 3
+    with pytest.raises(traceml.errors.ConfigError, match="unknown phase"):
+        traceml.phase("loss")
+    text = caplog.text
+    assert "already called" in text
+    assert "expects the torch.nn.Module" in text
+    assert "nested" in text
+
+
+def test_mode_off_is_a_no_op(session_env: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TRACEML_MODE", "off")
+    before = torch_state()
+    traceml.init(mode="auto", summary=session_env)
+    assert api.current_session() is None
+    with traceml.trace_step(torch.nn.Linear(2, 2)):
+        pass
+    assert torch_state() == before
+    assert not session_env.exists()

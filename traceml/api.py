@@ -1,0 +1,174 @@
+"""The public API behind `import traceml`: init, trace_step, phase, shutdown.
+
+`trace_step` and `phase` are on the training thread's hot path: they return a preallocated
+context manager and do no work beyond the timer's. With mode "off" or after a failure every call
+is a no-op costing nanoseconds.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from traceml.config import PHASES_MANUAL, settings_from_env
+from traceml.errors import ConfigError
+from traceml.instrument.probe import warn_once
+from traceml.instrument.timer import phase_index
+
+if TYPE_CHECKING:
+    from traceml.instrument.session import Session
+
+_session: Session | None = None
+_tried = False
+"""True once init ran in this process (even with mode "off" or a failed start)."""
+_lock = threading.Lock()
+_NULL: contextlib.nullcontext[None] = contextlib.nullcontext()
+
+
+class StepContext:
+    """`with traceml.trace_step(model):` marks one step; reused every step, never reallocated."""
+
+    __slots__ = ("_depth", "_timer")
+
+    def __init__(self, session: Session) -> None:
+        self._timer = session.timer
+        self._depth = 0
+
+    def __enter__(self) -> None:
+        self._depth += 1
+        if self._depth == 1:
+            self._timer.enter()
+        else:
+            warn_once(
+                "nested step",
+                "trace_step() was nested in another trace_step(); the inner one is ignored",
+            )
+
+    def __exit__(self, *exc: object) -> None:
+        self._depth -= 1
+        if self._depth == 0:
+            self._timer.exit()
+
+
+class PhaseContext:
+    """`with traceml.phase("forward"):` times one phase by hand (manual mode, or extra detail)."""
+
+    __slots__ = ("_idx", "_timer")
+
+    def __init__(self, session: Session, idx: int) -> None:
+        self._timer = session.timer
+        self._idx = idx
+
+    def __enter__(self) -> None:
+        self._timer.begin(self._idx)
+
+    def __exit__(self, *exc: object) -> None:
+        self._timer.end(self._idx)
+
+
+def init(
+    mode: str = "auto", *, summary: str | os.PathLike[str] | None = None, run_id: str | None = None
+) -> None:
+    """Start TraceML in this process.
+
+    Args:
+        mode: "auto" (hook DataLoader, forward, backward, optimizer), "manual" (only
+            `trace_step` and `phase`), or "off". TRACEML_MODE overrides it.
+        summary: where final_summary.json goes (default traceml-runs/<run-id>/).
+        run_id: force a run id (default: derived so that all ranks of a job share it).
+
+    Raises:
+        ConfigError: for a mode that does not exist.
+    """
+    global _session, _tried
+    settings = settings_from_env(mode)
+    if summary is not None:
+        settings = _replace(settings, summary_path=Path(summary))
+    if run_id is not None:
+        settings = _replace(settings, run_id=run_id)
+    with _lock:
+        if _session is not None:
+            if os.environ.get("TRACEML_LAUNCHER") != "1":
+                warn_once("init twice", "traceml.init() was already called; this call is ignored")
+            return
+        if _tried and os.environ.get("TRACEML_LAUNCHER") != "1":
+            warn_once("init after shutdown", "traceml.init() after shutdown() is ignored")
+            return
+        _tried = True
+        if settings.mode == "off":
+            return
+        _session = _start(settings)
+
+
+def _replace(settings: Any, **changes: Any) -> Any:
+    import dataclasses
+
+    return dataclasses.replace(settings, **changes)
+
+
+def _start(settings: Any) -> Session | None:
+    from traceml.instrument.session import Session
+
+    session = Session(settings)
+    try:
+        session.start()
+    except Exception as e:  # noqa: BLE001 - TraceML steps aside, the script runs on bare
+        warn_once("init", f"could not start ({type(e).__name__}: {e}); running without TraceML")
+        session.hooks.remove()
+        return None
+    session.step_ctx = StepContext(session)
+    return session
+
+
+def trace_step(model: Any = None) -> contextlib.AbstractContextManager[None]:
+    """Mark one training step: `with traceml.trace_step(model): ...`.
+
+    Args:
+        model: the root torch.nn.Module being trained; its forward is timed in auto mode.
+    """
+    s = _session
+    if s is None:
+        if _tried:
+            return _NULL
+        init("auto")
+        s = _session
+        if s is None:
+            return _NULL
+    if s.closed or s.failed:
+        return _NULL
+    if id(model) != s.last_model_id:
+        s.last_model_id = id(model)
+        if model is not None:
+            s.watch_model(model)
+    ctx: StepContext = s.step_ctx
+    return ctx
+
+
+def phase(name: str) -> contextlib.AbstractContextManager[None]:
+    """Time a phase by hand: one of dataloader, forward, backward, optimizer, h2d.
+
+    Raises:
+        ConfigError: for a phase name TraceML does not know.
+    """
+    if name not in PHASES_MANUAL:
+        raise ConfigError(f"unknown phase {name!r}: use one of {', '.join(PHASES_MANUAL)}")
+    s = _session
+    if s is None or s.closed or s.failed:
+        return _NULL
+    return PhaseContext(s, phase_index(name))  # type: ignore[arg-type]
+
+
+def shutdown() -> Path | None:
+    """Stop TraceML now: write the summary and close the live stream. Returns the summary path."""
+    global _session
+    with _lock:
+        s, _session = _session, None
+    return s.shutdown() if s is not None else None
+
+
+def current_session() -> Session | None:
+    """The running session, for the launcher and tests."""
+    return _session

@@ -1,0 +1,59 @@
+"""Child side of `traceml run`: start TraceML, then run the script exactly as `python script.py`.
+
+Same `sys.argv`, `sys.path[0]` and `__name__ == "__main__"`; the script's exit code is ours, and
+its traceback is shown without TraceML's own frames. Invoked as `python -m traceml.bootstrap`.
+"""
+
+from __future__ import annotations
+
+import os
+import runpy
+import sys
+import traceback
+from types import TracebackType
+
+
+def _script_frames(tb: TracebackType | None, script: str) -> TracebackType | None:
+    """Skip the bootstrap and runpy frames so the traceback starts in the user's script."""
+    cur = tb
+    while cur is not None and os.path.abspath(cur.tb_frame.f_code.co_filename) != script:
+        cur = cur.tb_next
+    return cur or tb
+
+
+def _mark_exit(kind: str) -> None:
+    from traceml.api import current_session
+
+    session = current_session()
+    if session is not None:
+        session.exit = kind  # type: ignore[assignment]
+
+
+def main(argv: list[str]) -> int:
+    if not argv:
+        print("usage: python -m traceml.bootstrap script.py [args...]", file=sys.stderr)
+        return 2
+    script = os.path.abspath(argv[0])
+    sys.argv = [argv[0], *argv[1:]]
+    sys.path[0] = os.path.dirname(script)
+    import traceml
+
+    traceml.init(mode=os.environ.get("TRACEML_MODE", "auto"))
+    try:
+        runpy.run_path(script, run_name="__main__")
+    except SystemExit as e:
+        if e.code not in (None, 0):
+            _mark_exit("error")
+        raise
+    except KeyboardInterrupt:
+        _mark_exit("signal")
+        raise
+    except BaseException as e:  # noqa: BLE001 - the script's own error, shown as Python would
+        _mark_exit("error")
+        traceback.print_exception(type(e), e, _script_frames(e.__traceback__, script))
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,140 @@
+"""`traceml run [opts] script.py [args]`: run a script instrumented and report on it.
+
+The launcher never imports torch: the script runs in a child process (`traceml.bootstrap`, or
+torchrun for several ranks) that starts TraceML itself. The launcher checks what it can before
+the script starts (script exists and compiles, summary folder writable), passes Ctrl-C and
+SIGTERM to the child, shows progress or the live view, and prints the summary card at the end.
+The exit code is the script's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from traceml.errors import ConfigError, TraceMLError
+
+
+def add_parser(sub: Any) -> None:
+    p = sub.add_parser(
+        "run",
+        help="run a training script instrumented",
+        description="Run SCRIPT as `python SCRIPT ARGS` would, instrumented by TraceML.",
+    )
+    p.add_argument("--no-live", action="store_true", help="print progress lines, no live view")
+    p.add_argument("--summary", metavar="PATH", help="where to write final_summary.json")
+    p.add_argument("--mode", default="auto", choices=("auto", "manual", "off"))
+    p.add_argument(
+        "--nproc-per-node", type=int, default=0, metavar="N", help="launch N ranks through torchrun"
+    )
+    p.add_argument("--run-id", help="force the run id (default: derived)")
+    p.add_argument("script", help="the training script")
+    p.add_argument("args", nargs=argparse.REMAINDER, help="arguments for the script")
+
+
+def check_script(path: str) -> Path:
+    """The script must exist and compile: say so in one line before anything starts."""
+    script = Path(path)
+    if not script.is_file():
+        raise ConfigError(f"no such script: {path} (check the path and the working directory)")
+    try:
+        source = script.read_bytes()
+    except OSError as e:
+        raise ConfigError(f"cannot read {path}: {e.strerror}") from e
+    try:
+        compile(source, str(script), "exec")
+    except SyntaxError as e:
+        raise ConfigError(
+            f"{path}:{e.lineno}: {e.msg} (the script has a syntax error and was not started)"
+        ) from e
+    return script
+
+
+def check_summary_path(path: Path) -> Path:
+    """The summary's folder must be creatable and writable, or the run would lose its summary."""
+    folder = path.parent
+    existing = folder
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        raise ConfigError(f"summary folder {folder} is not a directory: choose another --summary")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise ConfigError(
+            f"cannot write the summary to {path}: {existing} is not writable;"
+            " choose another --summary"
+        )
+    return path
+
+
+def child_env(run_id: str, summary: Path, args: argparse.Namespace) -> dict[str, str]:
+    env = dict(os.environ)
+    env.update(
+        TRACEML_RUN_ID=run_id,
+        TRACEML_SUMMARY=str(summary),
+        TRACEML_LAUNCHER="1",
+        TRACEML_MODE=args.mode,
+        TRACEML_PROGRESS="1" if args.no_live or not sys.stdout.isatty() else "0",
+    )
+    return env
+
+
+def child_command(args: argparse.Namespace) -> list[str]:
+    target = ["-m", "traceml.bootstrap", args.script, *args.args]
+    if args.nproc_per_node > 0:
+        return [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            f"--nproc-per-node={args.nproc_per_node}",
+            *target,
+        ]
+    return [sys.executable, *target]
+
+
+def wait_child(proc: subprocess.Popen[bytes]) -> int:
+    """Wait for the script; Ctrl-C reaches it through the terminal, SIGTERM is passed on."""
+
+    def forward(signum: int, _frame: Any) -> None:
+        if proc.poll() is None:
+            proc.send_signal(signum)
+
+    old_int = signal.signal(signal.SIGINT, signal.SIG_IGN if os.isatty(0) else forward)
+    old_term = signal.signal(signal.SIGTERM, forward)
+    try:
+        code = proc.wait()
+    finally:
+        signal.signal(signal.SIGINT, old_int)
+        signal.signal(signal.SIGTERM, old_term)
+    return 128 - code if code < 0 else code
+
+
+def print_card(summary_path: Path) -> None:
+    from traceml.analysis.render import render_card
+    from traceml.analysis.summary import load_summary
+
+    try:
+        summary = load_summary(summary_path)
+    except TraceMLError as err:
+        print(f"traceml: no summary to show ({err.msg})", file=sys.stderr)
+        return
+    print(render_card(summary), file=sys.stderr)
+    print(f"traceml: summary written to {summary_path}", file=sys.stderr)
+
+
+def run(args: argparse.Namespace) -> int:
+    from traceml.transport.runid import derive_run_id
+
+    script = check_script(args.script)
+    run_id = args.run_id or derive_run_id(script.name)
+    default = Path.cwd() / "traceml-runs" / run_id / "final_summary.json"
+    summary = check_summary_path(Path(args.summary).absolute() if args.summary else default)
+    proc = subprocess.Popen(child_command(args), env=child_env(run_id, summary, args))
+    code = wait_child(proc)
+    if summary.exists():
+        print_card(summary)
+    return code

@@ -1,0 +1,1 @@
+"""Everything that runs inside the training process: timing, hooks, memory, system, tx thread."""

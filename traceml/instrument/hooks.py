@@ -1,0 +1,155 @@
+"""Auto mode's patches and hooks: DataLoader wait, forward, backward, optimizer, host-to-device.
+
+Every patch is recorded with its undo, and `remove()` undoes all of them (idempotent), so nothing
+leaks past shutdown. The wrappers run on the training thread: a timestamp each side, and any
+failure inside TraceML is reported once and never reaches the user's code.
+"""
+
+from __future__ import annotations
+
+import importlib
+import weakref
+from collections.abc import Callable
+from typing import Any
+
+from traceml.instrument.timer import BACKWARD, DATALOADER, FORWARD, H2D, OPTIMIZER, StepTimer
+
+MAX_MODELS = 8
+"""Root modules hooked at once; a loop alternating between more models is rare and gets warned."""
+
+OnError = Callable[[BaseException], None]
+
+
+class Hooks:
+    """Installs timing hooks around torch and remembers how to take each one away."""
+
+    def __init__(self, timer: StepTimer, on_error: OnError) -> None:
+        self._timer = timer
+        self._on_error = on_error
+        self._undo: list[Callable[[], None]] = []
+        self._models: dict[int, tuple[weakref.ref[Any], list[Any]]] = {}
+
+    @property
+    def installed(self) -> int:
+        """Number of patches and hooks currently in place (0 after `remove()`)."""
+        return len(self._undo) + sum(len(h) for _, h in self._models.values())
+
+    def _patch(self, owner: Any, name: str, make: Callable[[Any], Any]) -> None:
+        own = name in owner.__dict__
+        original = owner.__dict__[name] if own else getattr(owner, name)
+        setattr(owner, name, make(original))
+        if own:
+            self._undo.append(lambda: setattr(owner, name, original))
+        else:  # inherited: deleting ours uncovers the base class's again
+            self._undo.append(lambda: delattr(owner, name))
+
+    def _timed(self, idx: int, original: Callable[..., Any]) -> Callable[..., Any]:
+        timer, on_error = self._timer, self._on_error
+
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            try:
+                timer.begin(idx)
+            except Exception as e:  # noqa: BLE001 - never into the user's loop
+                on_error(e)
+            try:
+                return original(*args, **kwargs)
+            finally:
+                try:
+                    timer.end(idx)
+                except Exception as e:  # noqa: BLE001
+                    on_error(e)
+
+        wrapper.__wrapped__ = original  # type: ignore[attr-defined]
+        return wrapper
+
+    def install_auto(self, torch: Any, h2d: bool) -> None:
+        """Patch what auto mode needs; `h2d` only when the run uses CUDA."""
+        dl = importlib.import_module("torch.utils.data.dataloader")._BaseDataLoaderIter
+        self._patch(dl, "__next__", lambda f: self._timed(DATALOADER, f))
+        self._patch(torch.Tensor, "backward", lambda f: self._timed(BACKWARD, f))
+        self._patch(torch.autograd, "backward", lambda f: self._timed(BACKWARD, f))
+        self._install_optimizer(torch)
+        if h2d:
+            self.install_h2d(torch)
+
+    def _install_optimizer(self, torch: Any) -> None:
+        timer, on_error = self._timer, self._on_error
+
+        def pre(_opt: Any, _args: Any, _kwargs: Any) -> None:
+            try:
+                timer.begin(OPTIMIZER)
+            except Exception as e:  # noqa: BLE001
+                on_error(e)
+
+        def post(_opt: Any, _args: Any, _kwargs: Any) -> None:
+            try:
+                timer.end(OPTIMIZER)
+            except Exception as e:  # noqa: BLE001
+                on_error(e)
+
+        opt = importlib.import_module("torch.optim.optimizer")
+        for handle in (
+            opt.register_optimizer_step_pre_hook(pre),
+            opt.register_optimizer_step_post_hook(post),
+        ):
+            self._undo.append(handle.remove)
+
+    def install_h2d(self, torch: Any) -> None:
+        """Time host-to-device copies started inside the step (`Tensor.to`, `Tensor.cuda`)."""
+        if getattr(torch.Tensor.to, "__traceml__", False):
+            return
+        timer = self._timer
+
+        def make(original: Callable[..., Any]) -> Callable[..., Any]:
+            timed = self._timed(H2D, original)
+
+            def wrapper(t: Any, *args: Any, **kwargs: Any) -> Any:
+                if timer.inside and not t.is_cuda:
+                    return timed(t, *args, **kwargs)
+                return original(t, *args, **kwargs)
+
+            wrapper.__traceml__ = True  # type: ignore[attr-defined]
+            return wrapper
+
+        self._patch(torch.Tensor, "to", make)
+        self._patch(torch.Tensor, "cuda", make)
+
+    def watch_model(self, model: Any) -> None:
+        """Hook the forward of the root module given to `trace_step` (once per model)."""
+        key = id(model)
+        known = self._models.get(key)
+        if known is not None and known[0]() is model:
+            return
+        self._forget_dead()
+        if len(self._models) >= MAX_MODELS:
+            return
+        timer = self._timer
+
+        def pre(_m: Any, _inputs: Any) -> None:
+            timer.begin(FORWARD)
+
+        def post(_m: Any, _inputs: Any, _output: Any) -> None:
+            timer.end(FORWARD)
+
+        handles = [
+            model.register_forward_pre_hook(pre),
+            model.register_forward_hook(post, always_call=True),
+        ]
+        self._models[key] = (weakref.ref(model), handles)
+
+    def _forget_dead(self) -> None:
+        for key in [k for k, (ref, _) in self._models.items() if ref() is None]:
+            del self._models[key]
+
+    def remove(self) -> None:
+        """Undo every patch and hook, newest first. Safe to call twice."""
+        while self._undo:
+            undo = self._undo.pop()
+            try:
+                undo()
+            except Exception as e:  # noqa: BLE001
+                self._on_error(e)
+        for _, handles in self._models.values():
+            for handle in handles:
+                handle.remove()
+        self._models.clear()

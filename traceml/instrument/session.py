@@ -1,0 +1,265 @@
+"""One TraceML session per process: wires the timer, hooks, tx thread and shutdown together.
+
+`Session.start()` is what `traceml.init` does; `shutdown()` is idempotent and runs from atexit,
+from a SIGTERM handler that chains to the previous one, or by hand. If anything inside TraceML
+fails, the session logs one warning and steps aside: the training loop never sees an exception.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import signal
+import socket
+import sys
+import threading
+import time
+from collections import deque
+from pathlib import Path
+from types import FrameType, TracebackType
+from typing import Any
+
+from traceml._version import __version__
+from traceml.config import Settings
+from traceml.instrument.hooks import Hooks
+from traceml.instrument.memory import CudaMemory, HostRss
+from traceml.instrument.probe import warn_once
+from traceml.instrument.timer import RawStep, StepTimer
+from traceml.instrument.worker import TxWorker, WorkerParts
+from traceml.records import ExitKind, RankEnd, RankInfo
+
+SHUTDOWN_TIMEOUT_S = 2.0
+
+
+def _env_int(name: str, default: int) -> int:
+    try:
+        return int(os.environ.get(name, default))
+    except ValueError:
+        return default
+
+
+def script_name() -> str:
+    """The training script's file name, as the user would recognise it."""
+    path = sys.argv[0] if sys.argv and sys.argv[0] not in ("", "-c", "-m") else ""
+    return os.path.basename(path) or "python"
+
+
+class Session:
+    """Everything TraceML holds in one process, from `init` to `shutdown`."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.pid = os.getpid()
+        self.raw: deque[RawStep] = deque(maxlen=settings.buffer_steps)
+        self.rss = HostRss()
+        self.timer = StepTimer(self.raw, read_rss=self.rss.pages)
+        self.hooks = Hooks(self.timer, self._on_error)
+        self.exit: ExitKind = "ok"
+        self.closed = False
+        self.failed = False
+        self.info: RankInfo | None = None
+        self.worker: TxWorker | None = None
+        self.summary_path: Path | None = None
+        self.last_model_id = 0
+        """id() of the model last given to trace_step, so a new model is hooked once."""
+        self.step_ctx: Any = None
+        self._torch: Any = None
+        self._cuda_on = False
+        self._prev_term: Any = None
+        self._prev_excepthook: Any = None
+
+    # -- start -------------------------------------------------------------------------------
+    def start(self) -> None:
+        import torch
+
+        self._torch = torch
+        if self.settings.mode == "auto":
+            self.hooks.install_auto(torch, h2d=False)
+        self.info = self._rank_info(torch)
+        self.worker = TxWorker(self._worker_parts())
+        self.worker.start()
+        atexit.register(self.shutdown)
+        self._install_exit_handlers()
+        os.register_at_fork(after_in_child=self._after_fork_child)
+
+    def _rank_info(self, torch: Any) -> RankInfo:
+        from traceml.transport.runid import derive_run_id
+
+        script = script_name()
+        cuda_ok = bool(torch.cuda.is_available())
+        local_rank = _env_int("LOCAL_RANK", 0)
+        return RankInfo(
+            run_id=self.settings.run_id or derive_run_id(script),
+            rank=_env_int("RANK", 0),
+            local_rank=local_rank,
+            world_size=_env_int("WORLD_SIZE", 1),
+            host=socket.gethostname(),
+            pid=self.pid,
+            started=time.time(),
+            script=script,
+            argv=tuple(sys.argv[1:]),
+            device=f"cuda:{local_rank}" if cuda_ok else "cpu",
+            device_capacity_mb=CudaMemory(torch).capacity_mb() if cuda_ok else None,
+            torch_version=str(torch.__version__),
+            traceml_version=__version__,
+            incarnation=_env_int("TORCHELASTIC_RESTART_COUNT", 0),
+        )
+
+    def _worker_parts(self) -> WorkerParts:
+        from traceml.analysis.render import render_progress
+        from traceml.analysis.store import RunStore
+        from traceml.instrument.system import SystemSampler
+
+        assert self.info is not None
+        info = self.info
+        store = RunStore(history_steps=self.settings.history_steps)
+        store.add_info(info)
+        gpu = info.local_rank if info.device.startswith("cuda") else None
+        progress = None
+        if self.settings.progress and info.rank == 0:
+            progress = lambda: render_progress(store.live_view())  # noqa: E731
+        return WorkerParts(
+            info=info,
+            raw=self.raw,
+            store=store,
+            page_mb=self.rss.page_mb,
+            wall_offset_ns=time.time_ns() - time.perf_counter_ns(),
+            sampler=SystemSampler(info.rank, gpu),
+            sink=self._make_sink(info),
+            progress=progress,
+            finish=self._finish_on_tx,
+            primary=lambda: _primary_kind(store),
+        )
+
+    def _make_sink(self, info: RankInfo) -> Any:
+        if not self.settings.publish:
+            return None
+        try:
+            from traceml.transport.publisher import Publisher
+
+            return Publisher(info, self.settings, self.settings.runtime_dir)
+        except Exception as e:  # noqa: BLE001
+            warn_once("publish", f"live view disabled: {e}")
+            return None
+
+    def _install_exit_handlers(self) -> None:
+        self._prev_excepthook = sys.excepthook
+        sys.excepthook = self._excepthook
+        if threading.current_thread() is threading.main_thread():
+            try:
+                self._prev_term = signal.signal(signal.SIGTERM, self._on_sigterm)
+            except (ValueError, OSError):
+                self._prev_term = None
+
+    # -- hot path helpers --------------------------------------------------------------------
+    def watch_model(self, model: Any) -> None:
+        """A model's first trace_step: hook its forward; use CUDA events if it is on a GPU."""
+        torch = self._torch
+        if not isinstance(model, torch.nn.Module):
+            warn_once(
+                "trace_step model",
+                f"trace_step() expects the torch.nn.Module being trained, got "
+                f"{type(model).__name__}; forward time is counted in 'other'",
+            )
+            return
+        if self.settings.mode == "auto":
+            self.hooks.watch_model(model)
+        if not self._cuda_on and _on_cuda(model):
+            self._enable_cuda(torch)
+
+    def _enable_cuda(self, torch: Any) -> None:
+        from traceml.instrument.cuda import CudaMarker, EventPool, torch_event_factory
+
+        marker = CudaMarker(EventPool(torch_event_factory()))
+        assert self.worker is not None
+        self.worker.p.cuda = marker
+        self.timer.use_cuda(marker.record, CudaMemory(torch).read)
+        if self.settings.mode == "auto":
+            self.hooks.install_h2d(torch)
+        self._cuda_on = True
+
+    # -- failure and exit --------------------------------------------------------------------
+    def _on_error(self, err: BaseException) -> None:
+        """TraceML itself broke: warn once, take every hook away, let training run on bare."""
+        if self.failed:
+            return
+        self.failed = True
+        warn_once("internal", f"disabled after an internal error ({type(err).__name__}: {err})")
+        self.hooks.remove()
+
+    def _excepthook(
+        self, etype: type[BaseException], value: BaseException, tb: TracebackType | None
+    ) -> None:
+        self.exit = "signal" if issubclass(etype, KeyboardInterrupt) else "error"
+        (self._prev_excepthook or sys.__excepthook__)(etype, value, tb)
+
+    def _on_sigterm(self, signum: int, frame: FrameType | None) -> None:
+        self.shutdown("signal")
+        prev = self._prev_term
+        if callable(prev):
+            prev(signum, frame)
+            return
+        if prev == signal.SIG_IGN:
+            return
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)
+
+    def _after_fork_child(self) -> None:
+        # A forked child (DataLoader worker) must never touch the parent's sockets or files.
+        self.closed = True
+        self.hooks = Hooks(self.timer, self._on_error)
+        self.raw.clear()
+
+    def shutdown(self, exit_kind: ExitKind | None = None) -> Path | None:
+        """Stop timing, write the summary, close the transport. Idempotent; at most ~2 s."""
+        if self.closed or os.getpid() != self.pid:
+            return self.summary_path
+        self.closed = True
+        if exit_kind is not None:
+            self.exit = exit_kind
+        self.hooks.remove()
+        self._restore_handlers()
+        atexit.unregister(self.shutdown)
+        worker = self.worker
+        if worker is not None and worker.is_alive():
+            end = RankEnd(self.info.rank if self.info else 0, self.exit, 0, time.time())
+            if not worker.stop(end, SHUTDOWN_TIMEOUT_S):
+                warn_once(
+                    "shutdown", "background thread did not finish in time; summary may be missing"
+                )
+            self.summary_path = worker.summary_path
+        self.rss.close()
+        return self.summary_path
+
+    def _restore_handlers(self) -> None:
+        if sys.excepthook == self._excepthook:
+            sys.excepthook = self._prev_excepthook or sys.__excepthook__
+        if self._prev_term is not None and threading.current_thread() is threading.main_thread():
+            try:
+                if signal.getsignal(signal.SIGTERM) == self._on_sigterm:
+                    signal.signal(signal.SIGTERM, self._prev_term)
+            except (ValueError, OSError):
+                pass
+
+    def _finish_on_tx(self, end: RankEnd) -> Path | None:
+        """Runs on the tx thread after the final drain: the summary, if this rank writes it."""
+        from traceml.instrument.finish import write_rank_summary
+
+        assert self.worker is not None and self.info is not None
+        return write_rank_summary(self.settings, self.info, self.worker.p.store, end)
+
+
+def _on_cuda(model: Any) -> bool:
+    try:
+        return bool(next(model.parameters()).is_cuda)
+    except (StopIteration, AttributeError, TypeError):
+        return False
+
+
+def _primary_kind(store: Any) -> str | None:
+    from traceml.analysis.diagnose import diagnose
+
+    try:
+        return str(diagnose(store.live_view()).primary.kind)
+    except Exception:  # noqa: BLE001
+        return None

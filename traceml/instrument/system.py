@@ -1,0 +1,64 @@
+"""System signals at about 1 Hz, sampled on the tx thread: process and host CPU, host memory, GPU.
+
+Every probe fails soft (probe.py): a missing or raising psutil or NVML leaves fields None.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from traceml.instrument.nvml import Nvml
+from traceml.instrument.probe import probe
+from traceml.records import SystemSample
+
+MB = 1024.0 * 1024.0
+
+
+class SystemSampler:
+    """Takes one SystemSample per call; CPU percentages are since the previous call."""
+
+    def __init__(self, rank: int, gpu_index: int | None) -> None:
+        self._rank = rank
+        self._proc: Any = None
+        self._psutil: Any = None
+        try:
+            import psutil
+
+            self._psutil = psutil
+            self._proc = psutil.Process()
+            self._proc.cpu_percent(None)
+            psutil.cpu_percent(None)
+        except Exception:  # noqa: BLE001 - sampling is optional
+            self._psutil = None
+        self._nvml = Nvml.open(gpu_index, expect_gpu=True) if gpu_index is not None else None
+
+    def sample(self) -> SystemSample:
+        ps = self._psutil
+        proc_cpu = host_cpu = used = total = None
+        if ps is not None:
+            proc_cpu = probe(
+                "psutil process cpu", lambda: float(self._proc.cpu_percent(None)), None
+            )
+            host_cpu = probe("psutil host cpu", lambda: float(ps.cpu_percent(None)), None)
+            vm = probe("psutil virtual_memory", ps.virtual_memory, None)
+            if vm is not None:
+                used, total = (vm.total - vm.available) / MB, vm.total / MB
+        gpu = self._nvml.read() if self._nvml is not None else None
+        return SystemSample(
+            rank=self._rank,
+            t=time.time(),
+            process_cpu_pct=proc_cpu,
+            host_cpu_pct=host_cpu,
+            host_mem_used_mb=used,
+            host_mem_total_mb=total,
+            gpu_util_pct=gpu.util_pct if gpu else None,
+            gpu_mem_used_mb=gpu.mem_used_mb if gpu else None,
+            gpu_mem_total_mb=gpu.mem_total_mb if gpu else None,
+            gpu_power_w=gpu.power_w if gpu else None,
+            gpu_temp_c=gpu.temp_c if gpu else None,
+        )
+
+    def close(self) -> None:
+        if self._nvml is not None:
+            self._nvml.close()

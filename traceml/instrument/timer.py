@@ -1,0 +1,154 @@
+"""The step timer: cuts the training thread's time into labelled segments, one step at a time.
+
+This module runs on the training thread and is the whole hot path: each call takes a timestamp,
+moves a few integers and, at the end of a step, appends one tuple to a bounded deque. It never
+blocks, allocates little, and never raises into the user's loop.
+
+Time is a sequence of segments. A segment is labelled by the innermost open phase; with no phase
+open it is `between` outside `trace_step` and `other` inside it. So the phases of a step always
+sum to its wall time, from the end of the previous step to the end of this one.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+from traceml.records import PHASES, Phase
+
+DATALOADER, BETWEEN, FORWARD, BACKWARD, OPTIMIZER, H2D, OTHER = range(len(PHASES))
+N_PHASES = len(PHASES)
+RSS_INTERVAL_NS = 10_000_000
+"""Host RSS is read at a step's end when at least this long has passed since the last read: it
+costs about 2 µs, too much for every 1 ms step, and steps closer than this share the last read."""
+
+Mark = Callable[[], Any]
+"""Called at every segment boundary; returns a marker resolved later (a recorded CUDA event)."""
+
+
+class RawStep(NamedTuple):
+    """What the training thread hands to the tx thread for one step; converted there."""
+
+    step: int
+    start_ns: int
+    end_ns: int
+    phase_ns: tuple[int, ...]
+    seen: int
+    """Bit i set when phase i has been observed in this run (else the phase is `None`)."""
+    rss_pages: int
+    """Resident pages read at the step's end, or -1 when not read for this step."""
+    marks: tuple[Any, ...] | None
+    """(label, event) boundaries of the step on CUDA, else None."""
+    device_mem: tuple[float | None, float | None, float | None] | None
+    """CUDA (allocated, reserved, peak) MB at the step's end, None without CUDA."""
+
+
+def phase_index(name: Phase) -> int:
+    """Index of a phase name in PHASES."""
+    return PHASES.index(name)
+
+
+class StepTimer:
+    """Accumulates segment time per phase and emits a RawStep at each step's end."""
+
+    __slots__ = (
+        "_acc",
+        "_clock",
+        "_label",
+        "_last_rss_ns",
+        "_mark",
+        "_marks",
+        "_out",
+        "_read_device",
+        "_read_rss",
+        "_stack",
+        "_step_t0",
+        "_t",
+        "inside",
+        "seen",
+        "step",
+    )
+
+    def __init__(
+        self,
+        out: deque[RawStep],
+        clock: Callable[[], int] = time.perf_counter_ns,
+        read_rss: Callable[[], int] | None = None,
+        mark: Mark | None = None,
+    ) -> None:
+        self._out = out
+        self._clock = clock
+        self._read_rss = read_rss
+        self._mark = mark
+        self._read_device: Callable[[], Any] | None = None
+        self._acc = [0] * N_PHASES
+        self._stack: list[int] = []
+        self._label = BETWEEN
+        self._t = -1
+        """Start of the current segment; -1 until the first event after init."""
+        self._step_t0 = -1
+        """Start of the current step: the previous step's end, or the first event of the run."""
+        self._last_rss_ns = -RSS_INTERVAL_NS
+        self._marks: list[Any] | None = [] if mark is not None else None
+        self.inside = False
+        self.seen = (1 << BETWEEN) | (1 << OTHER)
+        self.step = 0
+
+    def _switch(self, label: int, t: int) -> None:
+        if self._t >= 0:
+            self._acc[self._label] += t - self._t
+        else:
+            self._step_t0 = t
+        self._label = label
+        self._t = t
+        if self._marks is not None and self._mark is not None:
+            self._marks.append((label, self._mark()))
+
+    def use_cuda(self, mark: Mark, read_device: Callable[[], Any]) -> None:
+        """From the next boundary on, record a CUDA event at each one and device memory per step."""
+        self._mark = mark
+        self._read_device = read_device
+        if self._marks is None:
+            self._marks = []
+
+    def begin(self, idx: int) -> None:
+        """A measured phase starts (it may nest inside another; the inner one wins)."""
+        self._stack.append(self._label)
+        self.seen |= 1 << idx
+        self._switch(idx, self._clock())
+
+    def end(self, idx: int) -> None:
+        """The innermost measured phase ends; time goes back to what was open before it."""
+        if not self._stack:
+            return
+        self._switch(self._stack.pop(), self._clock())
+
+    def enter(self) -> None:
+        """`trace_step` was entered: unlabelled time is now `other`."""
+        self.inside = True
+        if not self._stack:
+            self._switch(OTHER, self._clock())
+
+    def exit(self) -> None:
+        """`trace_step` was left: close every open phase, emit the step, start the next one."""
+        t = self._clock()
+        self._stack.clear()
+        self.inside = False
+        self._switch(BETWEEN, t)
+        step_start = self._step_t0
+        rss = -1
+        if self._read_rss is not None and t - self._last_rss_ns >= RSS_INTERVAL_NS:
+            self._last_rss_ns = t
+            rss = self._read_rss()
+        marks = None
+        if self._marks is not None:
+            marks = tuple(self._marks)
+            self._marks = [self._marks[-1]]
+        dev = self._read_device() if self._read_device is not None else None
+        acc = self._acc
+        self._out.append(RawStep(self.step, step_start, t, tuple(acc), self.seen, rss, marks, dev))
+        self._acc = [0] * N_PHASES
+        self.step += 1
+        self._step_t0 = t

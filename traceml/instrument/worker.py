@@ -1,0 +1,177 @@
+"""The tx thread: everything a rank does besides timestamps happens here, off the training thread.
+
+It drains the bounded buffer of RawSteps, resolves CUDA events with `query()`, folds records into
+the RunStore, publishes them, samples the system at 1 Hz, and at the end writes the summary. It
+owns every zmq socket of the rank. Nothing here may block the training thread or raise into it.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from traceml.instrument.cuda import CudaMarker
+from traceml.instrument.probe import warn_once
+from traceml.instrument.resolve import to_record
+from traceml.instrument.timer import RawStep
+from traceml.records import RankEnd, RankInfo, StepRecord, SystemSample
+
+TICK_S = 0.02
+SYSTEM_EVERY_S = 1.0
+PROGRESS_EVERY_S = 5.0
+CUDA_GIVE_UP_S = 30.0
+"""A CUDA step whose events are still pending this long is published on the host clock."""
+
+
+class Sink(Protocol):
+    """Where the tx thread sends what it folds: the live transport implements this."""
+
+    def open(self) -> None: ...
+    def send_steps(self, records: list[StepRecord]) -> None: ...
+    def send_system(self, sample: SystemSample) -> None: ...
+    def service(self, now: float, *, last_step: int, dropped: int, primary: str | None) -> None: ...
+    def close(self, end: RankEnd, summary_path: Any) -> None: ...
+
+
+@dataclass
+class WorkerParts:
+    """What the tx thread is given; all of it is touched by the tx thread alone once started."""
+
+    info: RankInfo
+    raw: deque[RawStep]
+    store: Any
+    """analysis.store.RunStore."""
+    page_mb: float
+    wall_offset_ns: int
+    sampler: Any = None
+    sink: Sink | None = None
+    cuda: CudaMarker | None = None
+    progress: Callable[[], str] | None = None
+    finish: Callable[[RankEnd], Any] | None = None
+    """Called on the tx thread at the very end; returns the summary path (or None)."""
+    primary: Callable[[], str | None] = field(default=lambda: None)
+
+
+class TxWorker(threading.Thread):
+    """Daemon thread that turns raw steps into records and sends them on."""
+
+    def __init__(self, parts: WorkerParts) -> None:
+        super().__init__(name="traceml-tx", daemon=True)
+        self.p = parts
+        self._stop_evt = threading.Event()
+        self._end: RankEnd | None = None
+        self._pending: deque[tuple[RawStep, float]] = deque()
+        self._next_step = 0
+        self.dropped = 0
+        self.last_step = -1
+        self.summary_path: Any = None
+        self.done = threading.Event()
+        self._primary: str | None = None
+        """Kind of the current primary finding, refreshed with the 1 Hz system sample."""
+
+    def stop(self, end: RankEnd, timeout: float) -> bool:
+        """Ask for the final drain, summary and close; True if it finished within `timeout`."""
+        self._end = end
+        self._stop_evt.set()
+        self.done.wait(timeout)
+        return self.done.is_set()
+
+    def run(self) -> None:
+        try:
+            self._open_sink()
+            next_sys = next_progress = time.monotonic()
+            while not self._stop_evt.wait(TICK_S):
+                now = time.monotonic()
+                self._tick(final=False)
+                if now >= next_sys:
+                    next_sys = now + SYSTEM_EVERY_S
+                    self._sample()
+                if self.p.progress is not None and now >= next_progress:
+                    next_progress = now + PROGRESS_EVERY_S
+                    self._print_progress()
+            self._finish()
+        except Exception as e:  # noqa: BLE001 - the tx thread steps aside, training goes on
+            warn_once("tx thread", f"background thread stopped ({type(e).__name__}: {e})")
+        finally:
+            self.done.set()
+
+    def _open_sink(self) -> None:
+        if self.p.sink is None:
+            return
+        try:
+            self.p.sink.open()
+        except Exception as e:  # noqa: BLE001
+            warn_once("publish", f"live view disabled: {e}")
+            self.p.sink = None
+
+    def _tick(self, final: bool) -> None:
+        raw = self.p.raw
+        while raw:
+            item = raw.popleft()
+            if item.step > self._next_step:
+                self.dropped += item.step - self._next_step
+            self._next_step = item.step + 1
+            self._pending.append((item, time.monotonic()))
+        records = self._resolve(final)
+        if records:
+            self.last_step = records[-1].step
+            self.p.store.add_steps(records)
+            if self.p.sink is not None:
+                self.p.sink.send_steps(records)
+        if self.p.sink is not None:
+            self.p.sink.service(
+                time.time(), last_step=self.last_step, dropped=self.dropped, primary=self._primary
+            )
+
+    def _resolve(self, final: bool) -> list[StepRecord]:
+        out: list[StepRecord] = []
+        now = time.monotonic()
+        while self._pending:
+            raw, since = self._pending[0]
+            phases = None
+            if raw.marks is not None and len(raw.marks) > 1 and self.p.cuda is not None:
+                phases = self.p.cuda.try_resolve(raw.marks)
+                if phases is None and not final and now - since < CUDA_GIVE_UP_S:
+                    break
+            self._pending.popleft()
+            out.append(self._record(raw, phases))
+        return out
+
+    def _record(self, raw: RawStep, phases: list[float] | None) -> StepRecord:
+        return to_record(raw, self.p.info.rank, self.p.wall_offset_ns, self.p.page_mb, phases)
+
+    def _sample(self) -> None:
+        if self.last_step >= 0:
+            self._primary = self.p.primary()
+        if self.p.sampler is None:
+            return
+        sample = self.p.sampler.sample()
+        self.p.store.add_system(sample)
+        if self.p.sink is not None:
+            self.p.sink.send_system(sample)
+
+    def _print_progress(self) -> None:
+        if self.p.progress is None or self.last_step < 0:
+            return
+        try:
+            print(self.p.progress(), file=sys.stderr, flush=True)
+        except Exception as e:  # noqa: BLE001
+            warn_once("progress", f"progress line failed ({e})")
+
+    def _finish(self) -> None:
+        self._tick(final=True)
+        end = self._end or RankEnd(self.p.info.rank, "ok", self.last_step + 1, time.time())
+        end = RankEnd(end.rank, end.exit, self.last_step + 1, end.t)
+        self.p.store.add_end(end)
+        self.p.store.set_dropped(self.p.info.rank, self.dropped)
+        if self.p.finish is not None:
+            self.summary_path = self.p.finish(end)
+        if self.p.sink is not None:
+            self.p.sink.close(end, self.summary_path)
+        if self.p.sampler is not None:
+            self.p.sampler.close()
