@@ -12,6 +12,8 @@ from typing import Any
 from traceml.instrument.probe import probe
 
 MB = 1024.0 * 1024.0
+DeviceMem = tuple[float | None, float | None, float | None]
+NO_DEVICE_MEM: DeviceMem = (None, None, None)
 
 
 class HostRss:
@@ -52,23 +54,23 @@ class CudaMemory:
     def __init__(self, torch_mod: Any) -> None:
         self._cuda = torch_mod.cuda
 
-    def read(self) -> tuple[float | None, float | None, float | None]:
+    def read(self) -> DeviceMem:
         cuda = self._cuda
         if not cuda.is_initialized():
-            return (None, None, None)
+            return NO_DEVICE_MEM
 
-        def read_all() -> tuple[float | None, float | None, float | None]:
+        def read_all() -> DeviceMem:
             peak = cuda.max_memory_allocated() / MB
             cuda.reset_peak_memory_stats()
             return (cuda.memory_allocated() / MB, cuda.memory_reserved() / MB, peak)
 
-        return probe("torch.cuda memory stats", read_all, (None, None, None))
+        return probe("torch.cuda memory stats", read_all, NO_DEVICE_MEM)
 
     def capacity_mb(self) -> float | None:
         if not self._cuda.is_available():
             return None
-        return probe(
-            "torch.cuda device properties",
-            lambda: self._cuda.get_device_properties(self._cuda.current_device()).total_memory / MB,
-            None,
-        )
+        def total() -> float | None:
+            props = self._cuda.get_device_properties(self._cuda.current_device())
+            return float(props.total_memory) / MB
+
+        return probe("torch.cuda device properties", total, None)

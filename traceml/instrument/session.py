@@ -194,6 +194,8 @@ class Session:
         (self._prev_excepthook or sys.__excepthook__)(etype, value, tb)
 
     def _on_sigterm(self, signum: int, frame: FrameType | None) -> None:
+        if self.closed:
+            return  # a second TERM (the group's and the launcher's) while the summary is written
         self.shutdown("signal")
         prev = self._prev_term
         if callable(prev):
@@ -218,18 +220,24 @@ class Session:
         if exit_kind is not None:
             self.exit = exit_kind
         self.hooks.remove()
-        self._restore_handlers()
         atexit.unregister(self.shutdown)
-        worker = self.worker
-        if worker is not None and worker.is_alive():
-            end = RankEnd(self.info.rank if self.info else 0, self.exit, 0, time.time())
-            if not worker.stop(end, SHUTDOWN_TIMEOUT_S):
-                warn_once(
-                    "shutdown", "background thread did not finish in time; summary may be missing"
-                )
-            self.summary_path = worker.summary_path
+        held = _hold_signals()
+        try:
+            self._stop_worker()
+        finally:
+            _release_signals(held)
+            self._restore_handlers()
         self.rss.close()
         return self.summary_path
+
+    def _stop_worker(self) -> None:
+        worker = self.worker
+        if worker is None or not worker.is_alive():
+            return
+        end = RankEnd(self.info.rank if self.info else 0, self.exit, 0, time.time())
+        if not worker.stop(end, SHUTDOWN_TIMEOUT_S):
+            warn_once("shutdown", "background thread did not finish in time; summary may be missing")
+        self.summary_path = worker.summary_path
 
     def _restore_handlers(self) -> None:
         if sys.excepthook == self._excepthook:
@@ -247,6 +255,28 @@ class Session:
 
         assert self.worker is not None and self.info is not None
         return write_rank_summary(self.settings, self.info, self.worker.p.store, end)
+
+
+def _hold_signals() -> dict[int, Any]:
+    """Ignore SIGINT/SIGTERM while the summary is written: a second Ctrl-C, or the TERM that a
+    launcher forwards on top of the one the process group already got, must not cut it short."""
+    if threading.current_thread() is not threading.main_thread():
+        return {}
+    held: dict[int, Any] = {}
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        try:
+            held[sig] = signal.signal(sig, signal.SIG_IGN)
+        except (ValueError, OSError):
+            pass
+    return held
+
+
+def _release_signals(held: dict[int, Any]) -> None:
+    for sig, handler in held.items():
+        try:
+            signal.signal(sig, handler)
+        except (ValueError, OSError, TypeError):
+            pass
 
 
 def _on_cuda(model: Any) -> bool:
