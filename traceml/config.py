@@ -61,7 +61,7 @@ class Settings:
     summary_path: Path | None = None
     """Where final_summary.json goes; None means traceml-runs/<run-id>/final_summary.json."""
     runtime_dir: Path | None = None
-    """Private dir for run files and sockets; None means $TRACEML_RUNTIME_DIR or /tmp/traceml-<uid>."""
+    """Private dir for run files and sockets; None: $TRACEML_RUNTIME_DIR or /tmp/traceml-<uid>."""
     run_id: str | None = None
     """Forced run id; None derives one (DESIGN.md section 4)."""
     progress: bool = False
@@ -111,6 +111,7 @@ def settings_from_env(mode: str = "auto", env: Mapping[str, str] | None = None) 
         listen="tcp" if listen == "tcp" else "ipc",
         insecure=_flag(env, "TRACEML_INSECURE", False),
     )
+
 
 PHASES_MANUAL: tuple[str, ...] = ("dataloader", "forward", "backward", "optimizer", "h2d")
 """Phases a user may mark with `traceml.phase(name)`; between and other are what is left."""
