@@ -33,6 +33,9 @@ if TYPE_CHECKING:
 
     from traceml.records import RankEnd, RankInfo, StepRecord, SystemSample
 
+PRUNE_EVERY_MASK = 63
+"""Prune dead warm-up segments once every 64 steps: pruning only frees memory (summary_stats
+skips segments before the cut anyway), and doing it per record cost more than the record."""
 MAX_WARMUP_SEGMENTS = 24
 """Segment starts are 0 and warmup_steps * 2^k for k < this (5 .. ~42 M); the last is open-ended."""
 
@@ -99,7 +102,8 @@ class _Rank:
         if segment is None:
             segment = self.segments[start] = WindowStats(start)
         segment.add(rec)
-        self._prune(warmup_target(self.total_steps, thresholds))
+        if not rec.step & PRUNE_EVERY_MASK:
+            self._prune(warmup_target(self.total_steps, thresholds))
 
     def _push(self, rec: StepRecord) -> None:
         if not self.ring or rec.step > self.ring[-1].step:

@@ -43,10 +43,14 @@ class Hooks:
         else:  # inherited: deleting ours uncovers the base class's again
             self._undo.append(lambda: delattr(owner, name))
 
-    def _timed(self, idx: int, original: Callable[..., Any]) -> Callable[..., Any]:
+    def _timed(
+        self, idx: int, original: Callable[..., Any], outer_only: bool = False
+    ) -> Callable[..., Any]:
         timer, on_error = self._timer, self._on_error
 
         def wrapper(*args: Any, **kwargs: Any) -> Any:
+            if outer_only and timer.in_phase(idx):
+                return original(*args, **kwargs)
             try:
                 timer.begin(idx)
             except Exception as e:  # noqa: BLE001 - never into the user's loop
@@ -67,7 +71,8 @@ class Hooks:
         dl = importlib.import_module("torch.utils.data.dataloader")._BaseDataLoaderIter
         self._patch(dl, "__next__", lambda f: self._timed(DATALOADER, f))
         self._patch(torch.Tensor, "backward", lambda f: self._timed(BACKWARD, f))
-        self._patch(torch.autograd, "backward", lambda f: self._timed(BACKWARD, f))
+        # Tensor.backward calls torch.autograd.backward: time that one only when called directly.
+        self._patch(torch.autograd, "backward", lambda f: self._timed(BACKWARD, f, outer_only=True))
         self._install_optimizer(torch)
         if h2d:
             self.install_h2d(torch)

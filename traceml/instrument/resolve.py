@@ -29,11 +29,7 @@ def segment_ms(
 
 def phases_or_none(values: Sequence[float], seen: int) -> tuple[float | None, ...]:
     """Phase values, with None for phases the run has never shown (not measured, never 0)."""
-    return tuple(v if seen >> i & 1 else None for i, v in enumerate(values))
-
-
-def host_phases_ms(raw: RawStep) -> list[float]:
-    return [ns / NS_PER_MS for ns in raw.phase_ns]
+    return tuple([v if seen >> i & 1 else None for i, v in enumerate(values)])
 
 
 def to_record(
@@ -43,20 +39,28 @@ def to_record(
     page_mb: float,
     phases_ms: Sequence[float] | None = None,
 ) -> StepRecord:
-    """The StepRecord of one step; `phases_ms` replaces host phases when CUDA resolved them."""
-    cuda = phases_ms is not None
-    values = list(phases_ms) if phases_ms is not None else host_phases_ms(raw)
-    step_ms = sum(values) if cuda else (raw.end_ns - raw.start_ns) / NS_PER_MS
-    device_mem = raw.device_mem or (None, None, None)
+    """The StepRecord of one step; `phases_ms` replaces host phases when CUDA resolved them.
+
+    Runs once per step on the tx thread, so it is written flat: this is most of that thread's
+    cost per record, and the tx thread shares the GIL with training.
+    """
+    step, start_ns, end_ns, phase_ns, seen, rss, _marks, dev = raw
+    if phases_ms is None:
+        values = [ns / NS_PER_MS for ns in phase_ns]
+        step_ms = (end_ns - start_ns) / NS_PER_MS
+    else:
+        values = list(phases_ms)
+        step_ms = sum(values)
+    alloc, reserved, peak = dev if dev is not None else (None, None, None)
     return StepRecord(
-        rank=rank,
-        step=raw.step,
-        wall_start=(raw.start_ns + wall_offset_ns) / 1e9,
-        step_ms=step_ms,
-        phases=phases_or_none(values, raw.seen),
-        clock="cuda" if cuda else "host",
-        host_rss_mb=raw.rss_pages * page_mb if raw.rss_pages >= 0 else None,
-        device_allocated_mb=device_mem[0],
-        device_reserved_mb=device_mem[1],
-        device_peak_mb=device_mem[2],
+        rank,
+        step,
+        (start_ns + wall_offset_ns) / 1e9,
+        step_ms,
+        phases_or_none(values, seen),
+        "host" if phases_ms is None else "cuda",
+        rss * page_mb if rss >= 0 else None,
+        alloc,
+        reserved,
+        peak,
     )

@@ -45,6 +45,10 @@ class RawStep(NamedTuple):
     """CUDA (allocated, reserved, peak) MB at the step's end, None without CUDA."""
 
 
+_new_raw = tuple.__new__
+"""Builds a RawStep without NamedTuple's Python-level __new__ (hot path)."""
+
+
 def phase_index(name: Phase) -> int:
     """Index of a phase name in PHASES."""
     return PHASES.index(name)
@@ -113,31 +117,64 @@ class StepTimer:
         if self._marks is None:
             self._marks = []
 
+    # begin/end/enter inline `_switch` on purpose: they run several times per step, and a
+    # Python call costs as much as the rest of their work.
     def begin(self, idx: int) -> None:
         """A measured phase starts (it may nest inside another; the inner one wins)."""
-        self._stack.append(self._label)
+        t = self._clock()
+        label = self._label
+        self._stack.append(label)
         self.seen |= 1 << idx
-        self._switch(idx, self._clock())
+        if self._t < 0 or self._marks is not None:
+            self._switch(idx, t)
+            return
+        self._acc[label] += t - self._t
+        self._label = idx
+        self._t = t
 
     def end(self, idx: int) -> None:
         """The innermost measured phase ends; time goes back to what was open before it."""
+        t = self._clock()
         if not self._stack:
             return
-        self._switch(self._stack.pop(), self._clock())
+        label = self._stack.pop()
+        if self._marks is not None:
+            self._switch(label, t)
+            return
+        self._acc[self._label] += t - self._t
+        self._label = label
+        self._t = t
+
+    def in_phase(self, idx: int) -> bool:
+        """True while `idx` is the innermost open phase (lets nested wrappers skip re-timing)."""
+        return self._label == idx and bool(self._stack)
 
     def enter(self) -> None:
         """`trace_step` was entered: unlabelled time is now `other`."""
         self.inside = True
-        if not self._stack:
-            self._switch(OTHER, self._clock())
+        if self._stack:
+            return
+        t = self._clock()
+        if self._t < 0 or self._marks is not None:
+            self._switch(OTHER, t)
+            return
+        self._acc[self._label] += t - self._t
+        self._label = OTHER
+        self._t = t
 
     def exit(self) -> None:
         """`trace_step` was left: close every open phase, emit the step, start the next one."""
         t = self._clock()
         self._stack.clear()
         self.inside = False
-        self._switch(BETWEEN, t)
         step_start = self._step_t0
+        if self._t < 0 or self._marks is not None:
+            self._switch(BETWEEN, t)
+            step_start = self._step_t0
+        else:
+            self._acc[self._label] += t - self._t
+            self._label = BETWEEN
+            self._t = t
         rss = -1
         if self._read_rss is not None and t - self._last_rss_ns >= RSS_INTERVAL_NS:
             self._last_rss_ns = t
@@ -146,9 +183,9 @@ class StepTimer:
         if self._marks is not None:
             marks = tuple(self._marks)
             self._marks = [self._marks[-1]]
-        dev = self._read_device() if self._read_device is not None else None
-        acc = self._acc
-        self._out.append(RawStep(self.step, step_start, t, tuple(acc), self.seen, rss, marks, dev))
+        dev = None if self._read_device is None else self._read_device()
+        raw = (self.step, step_start, t, tuple(self._acc), self.seen, rss, marks, dev)
+        self._out.append(_new_raw(RawStep, raw))
         self._acc = [0] * N_PHASES
         self.step += 1
         self._step_t0 = t
