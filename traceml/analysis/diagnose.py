@@ -56,11 +56,13 @@ class Diagnosis:
     ranks: tuple[Finding, ...]
     """Rank findings, most severe first; () for one rank or when ranks are even."""
     findings: tuple[Finding, ...]
-    """Every finding (step, rank, memory; BALANCED ones included), most severe first."""
+    """Every finding (rank, step, memory; BALANCED ones included), most severe first."""
 
     @property
     def primary(self) -> Finding:
-        """The one finding to show first: the most severe, step time winning ties."""
+        """The one finding to show first: the most severe; on ties a straggler wins (one slow
+        rank makes every rank wait, so it is the cause the step-time shares only reflect),
+        then step time, then memory."""
         return self.findings[0]
 
 
@@ -92,5 +94,5 @@ def diagnose(view: RunView, thresholds: Thresholds = DEFAULT_THRESHOLDS) -> Diag
         step=step[0],
         memory=memory[0],
         ranks=tuple(ranks),
-        findings=tuple(by_severity([*step, *ranks, *memory])),
+        findings=tuple(by_severity([*ranks, *step, *memory])),
     )

@@ -125,22 +125,28 @@ class Session:
             page_mb=self.rss.page_mb,
             wall_offset_ns=time.time_ns() - time.perf_counter_ns(),
             sampler=SystemSampler(info.rank, gpu),
-            sink=self._make_sink(info),
+            sinks=self._make_sinks(info, store),
             progress=progress,
             finish=self._finish_on_tx,
             primary=lambda: _primary_kind(store),
         )
 
-    def _make_sink(self, info: RankInfo) -> Any:
-        if not self.settings.publish:
-            return None
+    def _make_sinks(self, info: RankInfo, store: Any) -> list[Any]:
+        sinks: list[Any] = []
         try:
-            from traceml.transport.publisher import Publisher
+            if self.settings.publish:
+                from traceml.transport.publisher import Publisher
 
-            return Publisher(info, self.settings, self.settings.runtime_dir)
+                sinks.append(Publisher(info, self.settings, self.settings.runtime_dir))
+            if info.world_size > 1:
+                from traceml.instrument.job import JobLink
+                from traceml.transport.rundir import resolve_runtime_dir
+
+                run_dir = resolve_runtime_dir(self.settings.runtime_dir) / info.run_id
+                sinks.append(JobLink(info, self.settings, store, run_dir))
         except Exception as e:  # noqa: BLE001
             warn_once("publish", f"live view disabled: {e}")
-            return None
+        return sinks
 
     def _install_exit_handlers(self) -> None:
         self._prev_excepthook = sys.excepthook

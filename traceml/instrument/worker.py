@@ -49,12 +49,17 @@ class WorkerParts:
     page_mb: float
     wall_offset_ns: int
     sampler: Any = None
-    sink: Sink | None = None
+    sinks: list[Sink] = field(default_factory=list)
+    """Where records go besides the store: the live publisher, the job link (multi-rank)."""
     cuda: CudaMarker | None = None
     progress: Callable[[], str] | None = None
     finish: Callable[[RankEnd], Any] | None = None
     """Called on the tx thread at the very end; returns the summary path (or None)."""
     primary: Callable[[], str | None] = field(default=lambda: None)
+
+
+def _sink_name(sink: Sink) -> str:
+    return "job collector link" if type(sink).__name__ == "JobLink" else "live view"
 
 
 class TxWorker(threading.Thread):
@@ -101,13 +106,15 @@ class TxWorker(threading.Thread):
             self.done.set()
 
     def _open_sink(self) -> None:
-        if self.p.sink is None:
-            return
-        try:
-            self.p.sink.open()
-        except Exception as e:  # noqa: BLE001
-            warn_once("publish", f"live view disabled: {e}")
-            self.p.sink = None
+        opened: list[Sink] = []
+        for sink in self.p.sinks:
+            try:
+                sink.open()
+            except Exception as e:  # noqa: BLE001 - a sink that cannot open is left out
+                warn_once(f"sink {type(sink).__name__}", f"{_sink_name(sink)} disabled: {e}")
+                continue
+            opened.append(sink)
+        self.p.sinks = opened
 
     def _tick(self, final: bool) -> None:
         raw = self.p.raw
@@ -121,12 +128,11 @@ class TxWorker(threading.Thread):
         if records:
             self.last_step = records[-1].step
             self.p.store.add_steps(records)
-            if self.p.sink is not None:
-                self.p.sink.send_steps(records)
-        if self.p.sink is not None:
-            self.p.sink.service(
-                time.time(), last_step=self.last_step, dropped=self.dropped, primary=self._primary
-            )
+        now = time.time()
+        for sink in self.p.sinks:
+            if records:
+                sink.send_steps(records)
+            sink.service(now, last_step=self.last_step, dropped=self.dropped, primary=self._primary)
 
     def _resolve(self, final: bool) -> list[StepRecord]:
         out: list[StepRecord] = []
@@ -152,8 +158,8 @@ class TxWorker(threading.Thread):
             return
         sample = self.p.sampler.sample()
         self.p.store.add_system(sample)
-        if self.p.sink is not None:
-            self.p.sink.send_system(sample)
+        for sink in self.p.sinks:
+            sink.send_system(sample)
 
     def _print_progress(self) -> None:
         if self.p.progress is None or self.last_step < 0:
@@ -169,9 +175,13 @@ class TxWorker(threading.Thread):
         end = RankEnd(end.rank, end.exit, self.last_step + 1, end.t)
         self.p.store.add_end(end)
         self.p.store.set_dropped(self.p.info.rank, self.dropped)
+        for sink in self.p.sinks:
+            settle = getattr(sink, "settle", None)
+            if settle is not None:
+                settle()
         if self.p.finish is not None:
             self.summary_path = self.p.finish(end)
-        if self.p.sink is not None:
-            self.p.sink.close(end, self.summary_path)
+        for sink in self.p.sinks:
+            sink.close(end, self.summary_path)
         if self.p.sampler is not None:
             self.p.sampler.close()
