@@ -1,0 +1,122 @@
+"""The one feed loop: it owns the run's Source and the RunStore, and pushes frozen snapshots.
+
+Choice (STYLE.md principle 8): **push**. The loop runs on one thread (the app's
+`@work(thread=True, exclusive=True, group="feed")` worker), folds whatever the source received
+into its RunStore, and at most every `interval_s` (5 Hz by default; at least once a second so ages
+and states move; slower when snapshots are costly to build, see BUILD_SHARE) calls
+`post(snapshot)` with a complete, frozen Snapshot. The app posts it as a `SnapshotReady` message
+whose `can_replace` collapses a backlog to the newest one. This is the only code that changes the
+store; it never touches a widget.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Protocol
+
+from traceml.analysis.store import RunStore
+from traceml.config import DEFAULT_THRESHOLDS, Thresholds
+from traceml_tui.snapshot import Snapshot, from_store
+
+INTERVAL_S = 0.2
+"""Least time between two snapshots while data flows (the display renders at most 10 Hz)."""
+IDLE_S = 1.0
+"""Most time between two snapshots when nothing arrives, so ages, uptime and states move."""
+PUMP_S = 0.05
+"""Longest the loop waits on the source at once, so cancellation is seen within this."""
+BUILD_SHARE = 0.25
+"""Most of the feed thread's time spent building snapshots: a snapshot that took 0.4 s to build
+(1,000 ranks) spaces the next ones 1.6 s apart, so the viewer never falls behind its source."""
+
+
+class Source(Protocol):
+    """Where a live run's records come from (the transport's subscriber, or a canned test run)."""
+
+    def open(self) -> None:
+        """Connect; raise TraceMLError with one line when the run cannot be reached."""
+
+    def pump(self, store: RunStore, timeout_s: float) -> bool:
+        """Wait up to `timeout_s`, fold what arrived into `store` (records, rank infos, system
+        samples, rank ends and liveness states); True when anything arrived."""
+
+    def close(self) -> None:
+        """Disconnect; must be idempotent and must not block for long."""
+
+
+class Feed:
+    """Folds a Source into a RunStore and posts snapshots at a bounded rate.
+
+    Args:
+        source: The run's source; opened and closed by `run`, touched by this thread only.
+        post: Called with each new snapshot (from the feed thread; must be thread-safe).
+        store: The store to fold into; a fresh one by default.
+        clock: Epoch seconds; tests pass a fake.
+        timer: A monotonic timer measuring how long snapshots take to build; tests pass a fake.
+        thresholds: Live window and diagnosis thresholds.
+    """
+
+    def __init__(
+        self,
+        source: Source,
+        post: Callable[[Snapshot], object],
+        *,
+        store: RunStore | None = None,
+        clock: Callable[[], float] = time.time,
+        timer: Callable[[], float] = time.perf_counter,
+        thresholds: Thresholds = DEFAULT_THRESHOLDS,
+    ) -> None:
+        self.source = source
+        self.post = post
+        self.store = store if store is not None else RunStore(thresholds=thresholds)
+        self.clock = clock
+        self.timer = timer
+        self.thresholds = thresholds
+        self.last_data_at: float | None = None
+        self._posted_at: float | None = None
+        self._dirty = True
+        self._build_s = 0.0
+        """Seconds the last snapshot took to build, by `timer`."""
+
+    def run(self, cancelled: Callable[[], bool]) -> None:
+        """Open the source, feed until `cancelled()` is true, then close it.
+
+        Raises:
+            TraceMLError: the source could not be opened or failed for good.
+        """
+        self.source.open()
+        try:
+            while not cancelled():
+                self.tick()
+        finally:
+            self.source.close()
+
+    def tick(self) -> None:
+        """Pump the source once and post a snapshot if one is due."""
+        if self.source.pump(self.store, PUMP_S):
+            self.last_data_at = self.clock()
+            self._dirty = True
+        now = self.clock()
+        if self._due(now):
+            self.post(self.snapshot(now))
+
+    def snapshot(self, now: float) -> Snapshot:
+        """Build the snapshot of the store as it is now (and remember when and how long)."""
+        self._posted_at, self._dirty = now, False
+        started = self.timer()
+        snap = from_store(
+            self.store, now=now, last_data_at=self.last_data_at, thresholds=self.thresholds
+        )
+        self._build_s = self.timer() - started
+        return snap
+
+    @property
+    def interval_s(self) -> float:
+        """Least time between snapshots now: INTERVAL_S, or more when building is costly."""
+        return max(INTERVAL_S, self._build_s / BUILD_SHARE)
+
+    def _due(self, now: float) -> bool:
+        if self._posted_at is None:
+            return True
+        age = now - self._posted_at
+        return age >= max(IDLE_S, self.interval_s) or (self._dirty and age >= self.interval_s)

@@ -1,0 +1,65 @@
+"""`traceml run` in a terminal: the live view beside the script the launcher started.
+
+The launcher (traceml.cli.run) starts the script, then calls `run_live`, which returns the exit
+code the launcher should exit with. Nothing here starts or restarts the script; it is only
+stopped when the user asks for it in the quit dialog.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from traceml_tui.app import TraceMLApp, exit_status
+
+
+def run_live(
+    run_id: str,
+    log_path: Path,
+    child: subprocess.Popen[bytes],
+    runtime_dir: Path | None = None,
+) -> int:
+    """Show the live view of `run_id` and the script's log until the user quits.
+
+    Args:
+        run_id: The id the script's TraceML will publish under (its files may not exist yet).
+        log_path: The file the launcher writes the script's output to.
+        child: The script's process.
+        runtime_dir: Where the run files are; None = TraceML's default runtime dir.
+
+    Returns:
+        The script's exit status (128 + N when a signal N ended it), or 0 when the user left it
+        running detached.
+    """
+    app = TraceMLApp(run_id, runtime_dir=runtime_dir, log_path=log_path, child=child)
+    result = app.run()
+    if app.detached:
+        print(
+            f"traceml: the script runs on (pid {child.pid}); `traceml attach {run_id}` shows it"
+            f" again, its output goes to {log_path}",
+            file=sys.stderr,
+        )
+        return 0
+    if result is None:
+        print("traceml: the live view stopped; waiting for the script to end", file=sys.stderr)
+        return wait_for(child)
+    return result
+
+
+def wait_for(child: subprocess.Popen[bytes]) -> int:
+    """Wait for the script without the view: Ctrl-C reaches it from the terminal when stdin is
+    one (so it is not sent twice), and is passed on otherwise."""
+
+    def forward(signum: int, _frame: Any) -> None:
+        if child.poll() is None:
+            child.send_signal(signum)
+
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN if os.isatty(0) else forward)
+    try:
+        return exit_status(child.wait())
+    finally:
+        signal.signal(signal.SIGINT, previous)

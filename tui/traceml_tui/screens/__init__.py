@@ -1,0 +1,1 @@
+"""The app's screens: the main live view and its small modal screens."""

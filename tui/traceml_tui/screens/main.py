@@ -1,0 +1,132 @@
+"""The live view: holds the latest snapshot and hands each panel its slice (STYLE.md principle 7).
+
+It receives `SnapshotReady`, `FeedFailed` and `ChildExited` messages, and owns the display state
+(paused, focused rank). It never reads the feed, the store or a socket.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import ClassVar
+
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.containers import Container, Vertical
+from textual.screen import Screen
+from textual.widgets import Footer
+
+from traceml_tui.messages import ChildExited, FeedFailed, SnapshotReady
+from traceml_tui.screens.focus_rank import FocusRank
+from traceml_tui.screens.help import HelpScreen
+from traceml_tui.snapshot import Snapshot
+from traceml_tui.widgets.diagnosis import DiagnosisPanel
+from traceml_tui.widgets.header import RunHeader
+from traceml_tui.widgets.log_panel import LogPanel
+from traceml_tui.widgets.memory import MemoryPanel
+from traceml_tui.widgets.phase_bars import PhaseBars
+from traceml_tui.widgets.rank_table import RankTable
+from traceml_tui.widgets.system import SystemPanel
+
+
+class MainScreen(Screen[None]):
+    """Header, diagnosis, phase bars, ranks, memory, system and (under `traceml run`) the log.
+
+    Args:
+        log_path: The script's log file to tail in a panel; None hides the panel.
+    """
+
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("question_mark", "help", "Help", key_display="?"),
+        Binding("r", "focus_rank", "Rank"),
+        Binding("p", "toggle_pause", "Pause"),
+    ]
+
+    def __init__(self, log_path: Path | None = None) -> None:
+        super().__init__()
+        self.log_path = log_path
+        self.latest: Snapshot | None = None
+        """The newest snapshot received, shown or not (while paused)."""
+        self.shown: Snapshot | None = None
+        """The snapshot the panels show now."""
+        self.paused = False
+        self.focus_rank: int | None = None
+        """The rank chosen with `r` or Enter; None = automatic (the lowest rank)."""
+        self.child_exit: int | None = None
+        self.header = RunHeader()
+        self.diagnosis = DiagnosisPanel()
+        self.phases = PhaseBars()
+        self.ranks = RankTable()
+        self.memory = MemoryPanel()
+        self.system = SystemPanel()
+
+    def compose(self) -> ComposeResult:
+        yield self.header
+        with Container(id="body"):
+            yield self.diagnosis
+            yield self.phases
+            yield self.ranks
+            with Vertical(classes="side"):
+                yield self.memory
+                yield self.system
+        if self.log_path is not None:
+            yield LogPanel(self.log_path)
+        yield Footer()
+
+    def on_snapshot_ready(self, message: SnapshotReady) -> None:
+        self.latest = message.snapshot
+        if not self.paused:
+            self.show(message.snapshot)
+
+    def on_feed_failed(self, message: FeedFailed) -> None:
+        self.header.failure = message.reason
+
+    def on_child_exited(self, message: ChildExited) -> None:
+        self.child_exit = message.status
+        if self.latest is not None:
+            self.show(self.latest)
+        self.notify(f"The script finished (exit {message.status}); press q to quit.")
+
+    def show(self, snap: Snapshot) -> None:
+        """Hand every panel its slice of `snap`."""
+        if self.child_exit is not None:
+            snap = dataclasses.replace(snap, child_exit=self.child_exit)
+        self.shown = snap
+        self.header.snapshot = snap
+        self.diagnosis.snapshot = snap
+        self.phases.snapshot = snap
+        self.ranks.update_from(snap)
+        self._show_focused()
+
+    def _show_focused(self) -> None:
+        if self.shown is None:
+            return
+        rank = self._rank(self.shown)
+        self.memory.show(self.shown, rank)
+        self.system.show(self.shown, rank)
+
+    def _rank(self, snap: Snapshot) -> int | None:
+        if self.focus_rank is not None and snap.rank(self.focus_rank) is not None:
+            return self.focus_rank
+        return snap.view.ranks[0].rank if snap.view.ranks else None
+
+    def action_help(self) -> None:
+        self.app.push_screen(HelpScreen())
+
+    def action_toggle_pause(self) -> None:
+        self.paused = not self.paused
+        self.header.note = "paused" if self.paused else ""
+        if not self.paused and self.latest is not None:
+            self.show(self.latest)
+
+    def action_focus_rank(self) -> None:
+        ranks = [r.rank for r in self.shown.view.ranks] if self.shown else []
+        self.app.push_screen(FocusRank(ranks), self.set_focus_rank)
+
+    def set_focus_rank(self, rank: int | None) -> None:
+        """Show `rank` in the memory and system panels; None goes back to automatic."""
+        self.focus_rank = rank
+        self._show_focused()
+
+    def on_rank_table_chosen(self, message: RankTable.Chosen) -> None:
+        self.set_focus_rank(message.rank)

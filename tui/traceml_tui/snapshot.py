@@ -1,0 +1,191 @@
+"""The frozen, complete picture of a run that every panel draws from (STYLE.md principle 8).
+
+The feed worker builds one from its RunStore with `from_store`; a finished run gets one from its
+summary (`traceml_tui.summary_snapshot`). Widgets only read snapshots. Nothing here does I/O,
+mutates a snapshot after it is built, or imports torch.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any, Literal
+
+from traceml.analysis.diagnose import diagnose
+from traceml.analysis.rules_ranks import rank_lags
+from traceml.analysis.stats import median
+from traceml.config import DEFAULT_THRESHOLDS, Thresholds
+from traceml.records import PHASES
+
+if TYPE_CHECKING:
+    from traceml.analysis.diagnose import Diagnosis
+    from traceml.analysis.store import RunStore
+    from traceml.analysis.view import RankWindow, RunView
+    from traceml.records import SystemSample
+
+SnapshotSource = Literal["live", "summary"]
+STALE_AFTER_S = 5.0
+"""A live run that sent nothing at all (not even a heartbeat) for this long is called stale."""
+
+
+def _empty() -> Mapping[Any, Any]:
+    return MappingProxyType({})
+
+
+@dataclass(frozen=True, slots=True)
+class PhaseSplit:
+    """Where the median rank's step time goes, per phase in PHASES order."""
+
+    share: tuple[float | None, ...] = (None,) * len(PHASES)
+    """Median over ranks of each phase's share 0..1 of step time; None = not measured."""
+    ms: tuple[float | None, ...] = (None,) * len(PHASES)
+    """Median over ranks of each phase's mean ms; None = not measured."""
+    median_ms: float | None = None
+    """Median over ranks of the median step time; None before the first step."""
+    p95_ms: float | None = None
+
+    @classmethod
+    def of_view(cls, view: RunView) -> PhaseSplit:
+        active = view.active
+        return cls(
+            share=tuple(view.median_share(p) for p in PHASES),
+            ms=tuple(median(r.ms(p) for r in active) for p in PHASES),
+            median_ms=view.median_ms(),
+            p95_ms=median(r.p95_ms for r in active),
+        )
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Snapshot:
+    """Everything the panels show at one instant; compared by identity (it is never mutated)."""
+
+    view: RunView
+    """Live window (last N steps per rank) or, for a summary, the whole run after warm-up."""
+    diagnosis: Diagnosis | None
+    """Findings of `view`; None only when a summary carried none."""
+    phases: PhaseSplit
+    taken_at: float
+    """Epoch seconds at which the snapshot was built."""
+    lags: Mapping[int, float] = field(default_factory=_empty)
+    """Rank -> how far it is behind the median rank, as a fraction of a step; absent = unknown."""
+    system: Mapping[int, SystemSample] = field(default_factory=_empty)
+    """Rank -> its latest system sample; absent = none received yet."""
+    started: float | None = None
+    """Epoch seconds at which the run started; None = unknown."""
+    last_data_at: float | None = None
+    """Epoch seconds of the last record or heartbeat received; None = nothing yet."""
+    source: SnapshotSource = "live"
+    duration_s: float | None = None
+    """Run length from a summary; None for a live run (uptime is computed from `started`)."""
+    run_exit: str | None = None
+    """How the run ended according to its summary ("ok", "error", "signal"); None while live."""
+    summary: Mapping[str, Any] | None = None
+    """The final_summary.json object this snapshot came from; None for a live run."""
+    child_exit: int | None = None
+    """Exit status of the script started by `traceml run`; None while it runs or when attached."""
+
+    def rank(self, rank: int) -> RankWindow | None:
+        """The window of `rank`, or None when the run has no such rank."""
+        ranks = self.view.ranks
+        i = bisect.bisect_left(ranks, rank, key=lambda r: r.rank)
+        return ranks[i] if i < len(ranks) and ranks[i].rank == rank else None
+
+
+def from_store(
+    store: RunStore,
+    *,
+    now: float,
+    last_data_at: float | None,
+    thresholds: Thresholds = DEFAULT_THRESHOLDS,
+) -> Snapshot:
+    """Build a live Snapshot from the feed's store (call it from the feed thread only).
+
+    Args:
+        store: The RunStore the feed folds records into.
+        now: Epoch seconds, stamped as `taken_at`.
+        last_data_at: When the feed last received anything from the run.
+        thresholds: Live window and diagnosis thresholds.
+    """
+    view = store.live_view()
+    numbers = [r.rank for r in view.ranks]
+    system = {r: s for r in numbers if (s := store.last_system(r)) is not None}
+    infos = [i for r in numbers if (i := store.info(r)) is not None and i.started > 0]
+    return Snapshot(
+        view=view,
+        diagnosis=diagnose(view, thresholds),
+        phases=PhaseSplit.of_view(view),
+        taken_at=now,
+        lags=MappingProxyType({lag.rank: lag.lag for lag in rank_lags(view, thresholds)}),
+        system=MappingProxyType(system),
+        started=min((i.started for i in infos), default=None),
+        last_data_at=last_data_at,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class RunState:
+    """How the header and panels describe the run as a whole."""
+
+    word: Literal["connecting", "waiting", "live", "stalled", "stale", "dead", "finished", "lost"]
+    text: str
+    """What the user reads, e.g. "live", "2 of 8 ranks dead", "finished (exit 1)"."""
+    css: str
+    """CSS class for the state: -waiting, -live, -stale, -dead or -finished."""
+
+
+def _count(view: RunView, state: str) -> int:
+    return sum(1 for r in view.ranks if r.state == state)
+
+
+def _ended(snap: Snapshot) -> RunState | None:
+    if snap.child_exit is not None:
+        return RunState("finished", f"finished (exit {snap.child_exit})", "-finished")
+    if snap.source == "summary":
+        return RunState("finished", f"finished ({snap.run_exit or 'unknown exit'})", "-finished")
+    ranks = snap.view.ranks
+    if ranks and all(r.state == "finished" for r in ranks):
+        exits = sorted({r.exit for r in ranks if r.exit is not None})
+        return RunState("finished", f"finished ({', '.join(exits) or 'ok'})", "-finished")
+    return None
+
+
+def _trouble(snap: Snapshot, now: float) -> RunState | None:
+    view, n = snap.view, len(snap.view.ranks)
+    dead, stalled = _count(view, "dead"), _count(view, "stalled")
+    if dead:
+        text = "dead" if dead == n else f"{dead} of {n} ranks dead"
+        return RunState("dead", text, "-dead")
+    if stalled:
+        text = "stalled" if stalled == n else f"{stalled} of {n} ranks stalled"
+        return RunState("stalled", text, "-stale")
+    if snap.last_data_at is not None and now - snap.last_data_at > STALE_AFTER_S:
+        return RunState("stale", f"no data for {now - snap.last_data_at:.0f} s", "-stale")
+    return None
+
+
+def run_state(snap: Snapshot | None, now: float) -> RunState:
+    """Say what the run is doing, in words: never blank (STYLE.md principle 9)."""
+    if snap is None:
+        return RunState("connecting", "connecting to the run…", "-waiting")
+    ended = _ended(snap)
+    if ended is not None:
+        return ended
+    trouble = _trouble(snap, now)
+    if trouble is not None:
+        return trouble
+    if snap.view.total_steps == 0:
+        return RunState("waiting", "waiting for the first step…", "-waiting")
+    return RunState("live", "live", "-live")
+
+
+def no_steps_text(snap: Snapshot | None) -> str | None:
+    """Why the panels have no step to draw, in words; None when they have some."""
+    if snap is None:
+        return "Waiting for the run…"
+    if snap.view.steps > 0:
+        return None
+    if run_state(snap, snap.taken_at).word == "finished":
+        return "No steps to show: the run ended before this viewer saw any (see its summary)."
+    return "Waiting for the first step…"

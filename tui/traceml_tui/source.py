@@ -1,0 +1,125 @@
+"""Where the feed reads a run from: the transport's Subscriber for a live run, the summary for a
+finished one.
+
+Everything here runs on the feed thread (it may wait and block briefly); it only reads run files
+and sockets, never writes to a run, and never imports torch.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from traceml.analysis.summary import load_summary
+from traceml.errors import RunNotFoundError
+from traceml.transport.events import (
+    EndEvent,
+    Event,
+    HeartbeatEvent,
+    InfoEvent,
+    StateEvent,
+    StepsEvent,
+    SystemEvent,
+)
+from traceml.transport.rundir import RunDir
+from traceml.transport.runs import RunEntry, resolve_run
+from traceml_tui.summary_snapshot import from_summary
+
+if TYPE_CHECKING:
+    from traceml.analysis.store import RunStore
+    from traceml.transport.subscriber import Subscriber
+    from traceml_tui.feed import Source
+    from traceml_tui.snapshot import Snapshot
+
+WAIT_POLL_S = 0.25
+"""How often `traceml run` looks for its run's files while the script starts."""
+
+
+def fold(store: RunStore, event: Event) -> bool:
+    """Apply one subscriber event to the store; True when it came from the run (not a state
+    change the subscriber inferred locally, e.g. from silence)."""
+    if isinstance(event, StepsEvent):
+        store.add_steps(event.records)
+    elif isinstance(event, SystemEvent):
+        store.add_system(event.sample)
+    elif isinstance(event, InfoEvent):
+        store.add_info(event.info)
+    elif isinstance(event, EndEvent):
+        store.add_end(event.end)
+    elif isinstance(event, HeartbeatEvent):
+        store.set_dropped(event.rank, event.dropped)
+    elif isinstance(event, StateEvent):
+        store.set_rank_state(event.rank, event.state)
+        return False
+    return True
+
+
+class SubscriberSource:
+    """A live run through the transport's Subscriber (snapshot, then live, stitched by seq)."""
+
+    def __init__(self, run: RunEntry) -> None:
+        self.run = run
+        self._sub: Subscriber | None = None
+
+    def open(self) -> None:
+        from traceml.transport.subscriber import Subscriber
+
+        self._sub = Subscriber(self.run)
+
+    def pump(self, store: RunStore, timeout_s: float) -> bool:
+        if self._sub is None:
+            raise RuntimeError("pump() before open(): open the source first")
+        arrived = False
+        for event in self._sub.poll(round(timeout_s * 1000)):
+            arrived = fold(store, event) or arrived
+        return arrived
+
+    def close(self) -> None:
+        if self._sub is not None:
+            self._sub.close()
+
+
+def find_run(
+    ref: str | None, runtime_dir: Path | None, *, wait: bool, cancelled: Callable[[], bool]
+) -> RunEntry:
+    """Resolve `ref`; with `wait`, retry until the run's files appear (or `cancelled()`).
+
+    Raises:
+        RunNotFoundError: no such run (and not waiting, or cancelled while waiting).
+    """
+    while True:
+        try:
+            return resolve_run(ref, runtime_dir)
+        except RunNotFoundError:
+            if not wait or cancelled():
+                raise
+        time.sleep(WAIT_POLL_S)
+
+
+def log_path(run: RunEntry) -> Path:
+    """Where `traceml run` writes the script's output for `run` (it may not exist)."""
+    return RunDir(run.dir.parent, run.run_id).log_path
+
+
+def open_run(
+    ref: str | None,
+    *,
+    runtime_dir: Path | None = None,
+    wait: bool = False,
+    cancelled: Callable[[], bool] = lambda: False,
+) -> Source | Snapshot:
+    """The run named `ref` for the feed: a Source while it may still publish, else (finished,
+    with a summary on disk) a fixed Snapshot of its summary.
+
+    Raises:
+        RunNotFoundError: see `find_run`.
+        SchemaError: the finished run's summary is unreadable or of another version.
+        TransportError: the run's sockets cannot be used.
+    """
+    run = find_run(ref, runtime_dir, wait=wait, cancelled=cancelled)
+    summary = run.summary_path
+    if run.state == "finished" and summary is not None and summary.is_file():
+        return from_summary(load_summary(summary))
+    return SubscriberSource(run)

@@ -1,0 +1,91 @@
+"""The run's header line: run, script, ranks, hosts, step, uptime and the run's state in words.
+
+Renders only from its `snapshot` reactive (plus a `note` the screen sets, e.g. "paused"); it never
+reads the feed, the store or another widget.
+"""
+
+from __future__ import annotations
+
+from textual.content import Content
+from textual.reactive import reactive
+from textual.widget import Widget
+
+from traceml_tui.format import clock
+from traceml_tui.snapshot import RunState, Snapshot, run_state
+
+STATE_STYLE = {
+    "-live": "bold $success",
+    "-waiting": "bold $warning",
+    "-stale": "bold $warning",
+    "-dead": "bold $error",
+    "-finished": "bold $primary",
+}
+STATE_CLASSES = tuple(STATE_STYLE)
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}" if n == 1 else f"{n} {word}s"
+
+
+def _ranks(snap: Snapshot) -> str:
+    view = snap.view
+    seen, world = len(view.ranks), view.world_size
+    ranks = _plural(world, "rank") if seen >= world else f"{seen}/{world} ranks"
+    return f"{ranks} on {_plural(view.hosts, 'host')}"
+
+
+def _elapsed(snap: Snapshot, state: RunState) -> str:
+    if snap.duration_s is not None:
+        return f"ran {clock(snap.duration_s)}"
+    if snap.started is None:
+        return "up n/a"
+    end = snap.last_data_at if state.word == "finished" and snap.last_data_at else snap.taken_at
+    return f"up {clock(end - snap.started)}"
+
+
+def header_content(
+    snap: Snapshot | None, state: RunState, note: str = "", failure: str = ""
+) -> Content:
+    """The header as styled text; pure, so tests can check it without an app."""
+    parts: list[str | tuple[str, str]] = [("TraceML", "bold $primary")]
+    if snap is not None:
+        view = snap.view
+        parts += ["  ", (view.run_id or "run ?", "bold"), "  ", view.script or "?"]
+        facts = [_ranks(snap), f"step {view.total_steps:,}", _elapsed(snap, state)]
+        parts += ["  ·  ", "  ·  ".join(facts)]
+    parts += ["  ·  ", ("● " + state.text, STATE_STYLE[state.css])]
+    if failure:
+        parts += ["  ", (failure, "$error")]
+    if note:
+        parts += ["  ", (f"[{note}]", "reverse $warning")]
+    return Content.assemble(*parts)
+
+
+class RunHeader(Widget):
+    """Who the run is and whether it is alive, in one or two lines."""
+
+    snapshot: reactive[Snapshot | None] = reactive(None, always_update=True, layout=True)
+    note: reactive[str] = reactive("", layout=True)
+    """A word the screen adds, e.g. "paused"; "" for none."""
+    failure: reactive[str] = reactive("", layout=True)
+    """Why the feed stopped (the run cannot be reached, or was lost); "" while it runs."""
+
+    def _state(self) -> RunState:
+        if self.failure:
+            return RunState("lost", "not connected", "-dead")
+        snap = self.snapshot
+        return run_state(snap, snap.taken_at if snap else 0.0)
+
+    def watch_snapshot(self) -> None:
+        self._set_state_class()
+
+    def watch_failure(self) -> None:
+        self._set_state_class()
+
+    def _set_state_class(self) -> None:
+        css = self._state().css
+        for name in STATE_CLASSES:
+            self.set_class(name == css, name)
+
+    def render(self) -> Content:
+        return header_content(self.snapshot, self._state(), self.note, self.failure)
