@@ -64,9 +64,7 @@ def main() -> None:
     delay = args.delay_ms / 1000.0 if slow_here else 0.0
     torch.manual_seed(0)
     inner = nn.Sequential(nn.Linear(64, 256), nn.ReLU(), nn.Linear(256, 1))
-    model = DistributedDataParallel(
-        SlowForward(inner, delay if args.slow == "forward" else 0.0)
-    )
+    model = DistributedDataParallel(SlowForward(inner, delay if args.slow == "forward" else 0.0))
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     data_delay = delay / BATCH if args.slow == "data" else 0.0
     loader = DataLoader(Samples(args.steps * BATCH, data_delay), batch_size=BATCH)

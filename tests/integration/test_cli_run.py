@@ -11,9 +11,9 @@ import time
 from pathlib import Path
 
 import pytest
-from traceml.analysis.schema import validate_summary
 
 from tests.conftest import child_env, traceml_cmd
+from traceml.analysis.schema import validate_summary
 
 pytestmark = pytest.mark.slow
 

@@ -7,10 +7,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from traceml.analysis.schema import validate_summary
-from traceml.analysis.summary import load_summary
 
 from tests.conftest import EXAMPLES, child_env, traceml_cmd
+from traceml.analysis.schema import validate_summary
+from traceml.analysis.summary import load_summary
 
 pytestmark = pytest.mark.slow
 

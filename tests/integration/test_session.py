@@ -14,11 +14,10 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from traceml.analysis.schema import validate_summary  # noqa: E402
-from traceml.analysis.summary import load_summary  # noqa: E402
-
 import traceml  # noqa: E402
 from traceml import api  # noqa: E402
+from traceml.analysis.schema import validate_summary  # noqa: E402
+from traceml.analysis.summary import load_summary  # noqa: E402
 
 
 def torch_state() -> dict[str, Any]:

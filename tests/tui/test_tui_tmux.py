@@ -1,7 +1,6 @@
-"""End to end in a real terminal (tmux): `run_live` beside an instrumented script, detach, attach.
+"""End to end in a real terminal (tmux): `traceml run` shows the live view, detach, attach again.
 
-The driver does what the `traceml run` launcher does (start the script writing to output.log in
-its run dir, then call `run_live`); the screen is read with capture-pane. Skipped without tmux.
+The screen is read with capture-pane, as a user would see it. `.ci/run` installs tmux.
 """
 
 from __future__ import annotations
@@ -18,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from traceml.transport.rundir import RunDir
+from traceml.transport.runfile import read_rank_file
 
 pytestmark = [
     pytest.mark.slow,
@@ -46,24 +46,6 @@ for step, (x, y) in enumerate(DataLoader(Slow(), batch_size=32)):
     if step % 50 == 0:
         print(f"train step {step}", flush=True)
 """
-DRIVER = r"""
-import os, subprocess, sys
-from pathlib import Path
-from traceml_tui.launch import run_live
-
-train, log, out = Path(sys.argv[1]), Path(sys.argv[2]), Path(sys.argv[3])
-env = dict(os.environ, TRACEML_RUN_ID=sys.argv[4], TRACEML_SUMMARY=str(out.parent / "s.json"))
-with log.open("wb") as sink:
-    child = subprocess.Popen(
-        [sys.executable, "-m", "traceml.bootstrap", str(train)],
-        stdout=sink, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
-    )
-(out.parent / "child.pid").write_text(str(child.pid))
-code = run_live(sys.argv[4], log, child)
-out.write_text(str(code))
-"""
-
-
 class Tmux:
     """One tmux server of our own (its own socket), so no user session is touched."""
 
@@ -111,26 +93,36 @@ def stop(pid: int) -> None:
         time.sleep(0.05)
 
 
-def test_run_live_detach_and_attach_again(tmux: Tmux, tmp_path: Path, runtime_dir: Path) -> None:
-    run_dir = RunDir(runtime_dir, RUN_ID).create()
-    train, driver, out = tmp_path / "train.py", tmp_path / "driver.py", tmp_path / "code"
+def script_pid(run_dir: RunDir) -> int:
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            return read_rank_file(run_dir.rank_json(0)).info.pid
+        except Exception:
+            time.sleep(0.2)
+    raise AssertionError("the script never wrote its rank file")
+
+
+def test_traceml_run_live_detach_and_attach_again(
+    tmux: Tmux, tmp_path: Path, runtime_dir: Path
+) -> None:
+    run_dir = RunDir(runtime_dir, RUN_ID)
+    train = tmp_path / "train.py"
     train.write_text(TRAIN)
-    driver.write_text(DRIVER)
     env = f"TRACEML_RUNTIME_DIR={runtime_dir}"
-    cmd = f"{sys.executable} {driver} {train} {run_dir.log_path} {out} {RUN_ID}"
-    tmux.start("run", f"{env} {cmd}; sleep 60")
+    run = f"{sys.executable} -m traceml run --run-id {RUN_ID} {train}"
+    tmux.start("run", f"cd {tmp_path} && {env} {run}; echo EXIT=$?; sleep 60")
     pid = 0
     try:
         screen = tmux.wait_for("run", lambda s: "INPUT_BOUND" in s and "train step" in s)
-        pid = int((tmp_path / "child.pid").read_text())
+        pid = script_pid(run_dir)
         assert "dataloader" in screen and "● live" in screen and RUN_ID in screen
         tmux.run("send-keys", "-t", "run", "q")
         tmux.wait_for("run", lambda s: "Leave it running" in s, timeout=10)
         tmux.run("send-keys", "-t", "run", "d")
-        deadline = time.monotonic() + 10
-        while not out.exists() and time.monotonic() < deadline:
-            time.sleep(0.1)
-        assert out.read_text() == "0", "detached: run_live returns 0"
+        screen = tmux.wait_for("run", lambda s: "EXIT=" in s, timeout=15)
+        assert "EXIT=0" in screen, "detaching leaves `traceml run` with exit code 0"
+        assert f"traceml attach {RUN_ID}" in screen, "it says how to come back"
         os.kill(pid, 0)  # the script runs on
 
         attach = f"{sys.executable} -m traceml attach {RUN_ID[:8]}"

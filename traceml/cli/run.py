@@ -71,15 +71,30 @@ def check_summary_path(path: Path) -> Path:
     return path
 
 
-def child_env(run_id: str, summary: Path, args: argparse.Namespace) -> dict[str, str]:
+def want_live(args: argparse.Namespace) -> bool:
+    """The live view needs a terminal on both ends; otherwise plain progress lines."""
+    return not args.no_live and sys.stdout.isatty() and sys.stdin.isatty()
+
+
+def inside_rank() -> bool:
+    """True when torchrun (or another launcher) already made this process a rank."""
+    env = os.environ
+    return "TORCHELASTIC_RUN_ID" in env or all(
+        k in env for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK")
+    )
+
+
+def child_env(run_id: str, summary: Path, args: argparse.Namespace, live: bool) -> dict[str, str]:
     env = dict(os.environ)
     env.update(
         TRACEML_RUN_ID=run_id,
         TRACEML_SUMMARY=str(summary),
         TRACEML_LAUNCHER="1",
         TRACEML_MODE=args.mode,
-        TRACEML_PROGRESS="1" if args.no_live or not sys.stdout.isatty() else "0",
+        TRACEML_PROGRESS="0" if live else "1",
     )
+    if live:
+        env["PYTHONUNBUFFERED"] = "1"  # the log panel shows output as the script prints it
     return env
 
 
@@ -126,15 +141,59 @@ def print_card(summary_path: Path) -> None:
     print(f"traceml: summary written to {summary_path}", file=sys.stderr)
 
 
+def run_in_rank(args: argparse.Namespace) -> int:
+    """`torchrun ... -m traceml run script.py`: this process is already a rank; run it here."""
+    from traceml.bootstrap import main as bootstrap
+
+    os.environ.setdefault("TRACEML_MODE", args.mode)
+    if args.summary:
+        os.environ.setdefault("TRACEML_SUMMARY", str(Path(args.summary).absolute()))
+    if args.run_id:
+        os.environ.setdefault("TRACEML_RUN_ID", args.run_id)
+    os.environ.setdefault("TRACEML_PROGRESS", "1")
+    return bootstrap([args.script, *args.args])
+
+
+def start_live(cmd: list[str], env: dict[str, str], run_id: str) -> int:
+    """Start the script with its output in the run dir's log, then show the live view.
+
+    The script gets its own session, so it survives the terminal when the user detaches; the
+    view passes Ctrl-C on to it.
+    """
+    from traceml.transport.rundir import RunDir, resolve_runtime_dir
+    from traceml_tui.launch import run_live
+
+    run_dir = RunDir(resolve_runtime_dir(None), run_id).create()
+    with open(run_dir.log_path, "ab") as log:
+        proc = subprocess.Popen(
+            cmd,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    code = run_live(run_id, run_dir.log_path, proc)
+    return -1 if proc.poll() is None else code
+
+
 def run(args: argparse.Namespace) -> int:
     from traceml.transport.runid import derive_run_id
 
     script = check_script(args.script)
+    if inside_rank() and args.nproc_per_node == 0:
+        return run_in_rank(args)
     run_id = args.run_id or derive_run_id(script.name)
     default = Path.cwd() / "traceml-runs" / run_id / "final_summary.json"
     summary = check_summary_path(Path(args.summary).absolute() if args.summary else default)
-    proc = subprocess.Popen(child_command(args), env=child_env(run_id, summary, args))
-    code = wait_child(proc)
+    live = want_live(args)
+    env = child_env(run_id, summary, args, live)
+    if live:
+        code = start_live(child_command(args), env, run_id)
+        if code < 0:
+            return 0  # detached: the script runs on and will write its own summary
+    else:
+        code = wait_child(subprocess.Popen(child_command(args), env=env))
     if summary.exists():
         print_card(summary)
     return code

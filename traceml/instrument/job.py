@@ -22,8 +22,14 @@ from traceml.config import Settings
 from traceml.instrument.probe import warn_once
 from traceml.records import RankEnd, RankInfo, StepRecord, SystemSample
 from traceml.transport.collector import Collector, CollectorAddress
-from traceml.transport.events import EndEvent, Event, HeartbeatEvent, InfoEvent, StepsEvent
-from traceml.transport.events import SystemEvent
+from traceml.transport.events import (
+    EndEvent,
+    Event,
+    HeartbeatEvent,
+    InfoEvent,
+    StepsEvent,
+    SystemEvent,
+)
 from traceml.transport.feed import CollectorFeed
 
 STORE_TIMEOUT_S = 10.0
@@ -105,7 +111,9 @@ def _lookup(incarnation: int) -> CollectorAddress | None:
 class JobLink:
     """A Sink of the tx thread that joins this rank to the job's collector."""
 
-    def __init__(self, info: RankInfo, settings: Settings, store: Any, run_dir: Path | None) -> None:
+    def __init__(
+        self, info: RankInfo, settings: Settings, store: Any, run_dir: Path | None
+    ) -> None:
         self.info = info
         self._settings = settings
         self._store = store
@@ -219,8 +227,14 @@ class JobLink:
             if seen is not None and seen.ended:
                 continue
             if seen is None:
-                self._store.add_info(RankInfo(self.info.run_id, rank, world_size=self.info.world_size))
-            if seen is None or now - seen.last_frame >= DEAD_AFTER_S or _local_pid_gone(self._store, rank):
+                self._store.add_info(
+                    RankInfo(self.info.run_id, rank, world_size=self.info.world_size)
+                )
+            if (
+                seen is None
+                or now - seen.last_frame >= DEAD_AFTER_S
+                or _local_pid_gone(self._store, rank)
+            ):
                 self._store.set_rank_state(rank, "dead")
 
     # -- other ranks ---------------------------------------------------------------------------
@@ -237,8 +251,11 @@ class JobLink:
             return
         self._call = None
         if call.error is not None or call.result is None:
-            warn_once("job collector", "rank 0's collector was not found: the job summary will "
-                      f"lack rank {self.info.rank} ({call.error or 'not announced in time'})")
+            warn_once(
+                "job collector",
+                "rank 0's collector was not found: the job summary will "
+                f"lack rank {self.info.rank} ({call.error or 'not announced in time'})",
+            )
             self._gave_up = True
             return
         feed = CollectorFeed(call.result, self.info)

@@ -69,6 +69,7 @@ class CudaMemory:
     def capacity_mb(self) -> float | None:
         if not self._cuda.is_available():
             return None
+
         def total() -> float | None:
             props = self._cuda.get_device_properties(self._cuda.current_device())
             return float(props.total_memory) / MB

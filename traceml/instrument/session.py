@@ -242,7 +242,9 @@ class Session:
             return
         end = RankEnd(self.info.rank if self.info else 0, self.exit, 0, time.time())
         if not worker.stop(end, SHUTDOWN_TIMEOUT_S):
-            warn_once("shutdown", "background thread did not finish in time; summary may be missing")
+            warn_once(
+                "shutdown", "background thread did not finish in time; summary may be missing"
+            )
         self.summary_path = worker.summary_path
 
     def _restore_handlers(self) -> None:

@@ -9,11 +9,10 @@ from __future__ import annotations
 
 import dataclasses
 import time
-
-import zmq
-
 from collections.abc import Sequence
 from typing import Any
+
+import zmq
 
 from traceml.errors import TransportError
 from traceml.records import RankEnd, RankInfo, StepRecord, SystemSample

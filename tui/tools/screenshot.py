@@ -17,6 +17,7 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "tests" / "tui"))
 
 from fixtures import snapshot_of, until  # noqa: E402
+
 from traceml_tui.app import TraceMLApp  # noqa: E402
 
 

@@ -1,0 +1,147 @@
+"""Attach over real sockets: snapshot then live, detach and re-attach, several runs, the end."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+from _publisher_proc import TxLoop, make_info, make_step
+from _transport_helpers import Seen, attach, poll_until, wait_for
+
+from traceml.config import Settings
+from traceml.records import RankEnd
+from traceml.transport.events import EndEvent, GapEvent, HeartbeatEvent, InfoEvent
+from traceml.transport.publisher import Publisher
+from traceml.transport.runs import list_runs
+from traceml.transport.subscriber import Subscriber
+
+
+def _loop(runtime: Path, run_id: str, rank: int = 0, history: int = 4096) -> TxLoop:
+    settings = Settings(history_steps=history)
+    return TxLoop(Publisher(make_info(run_id, rank), settings, runtime), rank)
+
+
+def test_late_attach_sees_every_step_then_live_ones(tmp_path: Path) -> None:
+    with _loop(tmp_path, "late-1") as loop:
+        loop.steps(1000)
+        loop.wait_published(1000)
+        seen = Seen()
+        with attach(tmp_path, "late") as sub:
+            poll_until(sub, seen, lambda: seen.count() >= 1000)
+            loop.steps(50)
+            poll_until(sub, seen, lambda: seen.count() >= 1050)
+            assert sub.stats["malformed"] == 0
+    assert seen.seqs[0] == list(range(1050))
+    assert seen.steps[0] == list(range(1050))
+    assert any(isinstance(e, InfoEvent) and e.info.run_id == "late-1" for e in seen.events)
+    assert any(isinstance(e, HeartbeatEvent) for e in seen.events)
+    assert seen.states() == ["live"]
+
+
+def test_detach_and_attach_again_shows_the_history_again(tmp_path: Path) -> None:
+    with _loop(tmp_path, "again-1") as loop:
+        loop.steps(300)
+        first, second = Seen(), Seen()
+        with attach(tmp_path, None) as sub:
+            poll_until(sub, first, lambda: first.count() >= 300)
+        loop.steps(200)
+        loop.wait_published(500)
+        with attach(tmp_path, None) as sub:
+            poll_until(sub, second, lambda: second.count() >= 500)
+            loop.steps(10)
+            poll_until(sub, second, lambda: second.count() >= 510)
+    assert first.seqs[0] == list(range(300))
+    assert second.seqs[0] == list(range(510))
+
+
+def test_two_runs_at_once_stay_apart(tmp_path: Path) -> None:
+    with _loop(tmp_path, "alpha-1") as a, _loop(tmp_path, "beta-1", rank=1) as b:
+        a.steps(100)
+        b.steps(70)
+        a.wait_published(100)
+        b.wait_published(70)
+        assert {r.run_id for r in list_runs(tmp_path)} == {"alpha-1", "beta-1"}
+        seen_a, seen_b = Seen(), Seen()
+        with attach(tmp_path, "alpha") as sa, attach(tmp_path, "beta") as sb:
+            poll_until(sa, seen_a, lambda: seen_a.count(0) >= 100)
+            poll_until(sb, seen_b, lambda: seen_b.count(1) >= 70)
+    assert set(seen_a.seqs) == {0} and seen_a.seqs[0] == list(range(100))
+    assert set(seen_b.seqs) == {1} and seen_b.seqs[1] == list(range(70))
+
+
+def test_a_finished_run_is_readable_from_its_files(tmp_path: Path) -> None:
+    summary = tmp_path / "out" / "final_summary.json"
+    summary.parent.mkdir()
+    summary.write_text(json.dumps({"schema": "traceml.summary/1"}))
+    loop = _loop(tmp_path, "done-1").start()
+    loop.summary = summary
+    loop.steps(20)
+    seen = Seen()
+    with attach(tmp_path, "done-1") as sub:
+        poll_until(sub, seen, lambda: seen.count() >= 20)
+        loop.stop()
+        poll_until(sub, seen, lambda: "finished" in seen.states())
+    [run] = list_runs(tmp_path, include_finished=True)
+    assert run.state == "finished"
+    assert run.summary_path == summary
+    assert (run.dir / "final_summary.json").resolve() == summary
+    assert not list(run.dir.glob("*.sock"))
+    assert list_runs(tmp_path) == []
+    later = Seen()
+    with Subscriber(run) as sub:
+        later.add(sub.poll(0))
+        assert sub.rank_states(time.time()) == {0: "finished"}
+    ends = [e for e in later.events if isinstance(e, EndEvent)]
+    assert ends and ends[0].end.steps == 20 and ends[0].summary_path == str(summary)
+
+
+def test_a_rank_that_starts_after_attach_is_picked_up(tmp_path: Path) -> None:
+    with _loop(tmp_path, "grow-1", rank=0) as r0:
+        r0.steps(5)
+        r0.wait_published(5)
+        seen = Seen()
+        with attach(tmp_path, "grow-1") as sub:
+            poll_until(sub, seen, lambda: seen.count(0) >= 5)
+            with _loop(tmp_path, "grow-1", rank=1) as r1:
+                r1.steps(7)
+                poll_until(sub, seen, lambda: seen.count(1) >= 7)
+                wait_for(lambda: set(sub.rank_states(time.time())) == {0, 1})
+    assert seen.seqs[1] == list(range(7))
+
+
+def test_a_late_attach_to_a_long_run_starts_at_the_oldest_kept_step(tmp_path: Path) -> None:
+    with _loop(tmp_path, "long-1", history=300) as loop:
+        loop.steps(1000)
+        loop.wait_published(1000)
+        seen = Seen()
+        with attach(tmp_path, "long-1") as sub:
+            poll_until(sub, seen, lambda: seen.count() >= 300)
+            assert sub.stats["lost"] == 0
+    assert seen.seqs[0] == list(range(700, 1000))
+    assert not any(isinstance(e, GapEvent) for e in seen.events)
+
+
+def test_a_viewer_too_far_behind_is_told_what_it_lost(tmp_path: Path) -> None:
+    pub = Publisher(make_info("behind-1"), Settings(history_steps=100), tmp_path)
+    pub.open()
+    seen = Seen()
+    try:
+        with attach(tmp_path, "behind-1") as sub:
+            pub.send_steps([make_step(0)])
+            while seen.count() < 1:
+                pub.service(time.monotonic(), last_step=0, dropped=0, primary=None)
+                seen.add(sub.poll(10))
+            for i in range(1, 30_000):
+                pub.send_steps([make_step(i)])
+            while seen.count() < 101 or seen.seqs[0][-1] < 29_999:
+                pub.service(time.monotonic(), last_step=29_999, dropped=0, primary=None)
+                seen.add(sub.poll(10))
+            gaps = [e for e in seen.events if isinstance(e, GapEvent)]
+            assert gaps and sub.stats["resyncs"] >= 1
+            assert sub.stats["lost"] == sum(g.to_seq - g.from_seq + 1 for g in gaps)
+    finally:
+        pub.close(RankEnd(0, "ok", 30_000, time.time()), None)
+    assert pub.dropped > 0
+    assert seen.seqs[0] == sorted(set(seen.seqs[0])), "in order, no duplicates"
+    assert len(seen.seqs[0]) + sum(g.to_seq - g.from_seq + 1 for g in gaps) == 30_000

@@ -1,0 +1,211 @@
+"""Faults against real publishers: kill -9, SIGSTOP, a viewer that never reads, junk on both
+sockets, the same run id twice. The publisher must survive and never block; viewers must say
+what happened."""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import socket
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+import zmq
+from _publisher_proc import TxLoop, make_info, make_step
+from _transport_helpers import Seen, attach, poll_until, publisher_process, wait_for
+
+from traceml.config import Settings
+from traceml.errors import TransportError
+from traceml.records import RankEnd, StepRecord
+from traceml.transport.codec import WELCOME, pack
+from traceml.transport.control import Request
+from traceml.transport.events import HeartbeatEvent
+from traceml.transport.publisher import Publisher
+from traceml.transport.runs import list_runs, resolve_run
+from traceml.transport.subscriber import Subscriber
+
+
+def _state(runtime: Path, run_id: str) -> str:
+    return resolve_run(run_id, runtime).state
+
+
+def test_kill_9_shows_the_run_dead_in_ls_and_in_the_viewer(tmp_path: Path) -> None:
+    with publisher_process(tmp_path, "kill-1", "--backlog", "100") as proc:
+        seen = Seen()
+        with attach(tmp_path, "kill-1") as sub:
+            poll_until(sub, seen, lambda: seen.count() >= 100)
+            assert _state(tmp_path, "kill-1") == "live"
+            proc.kill()
+            proc.wait(5)
+            poll_until(sub, seen, lambda: "dead" in seen.states(), timeout=5)
+            assert sub.rank_states(time.time()) == {0: "dead"}
+        assert _state(tmp_path, "kill-1") == "dead"
+        assert list_runs(tmp_path) == []
+        assert [r.run_id for r in list_runs(tmp_path, include_finished=True)] == ["kill-1"]
+
+
+def test_sigstop_shows_the_run_stalled_then_live_again(tmp_path: Path) -> None:
+    with publisher_process(tmp_path, "stop-1", "--backlog", "10", "--rate", "100") as proc:
+        seen = Seen()
+        with attach(tmp_path, "stop-1") as sub:
+            poll_until(sub, seen, lambda: seen.count() >= 10)
+            os.kill(proc.pid, signal.SIGSTOP)
+            wait_for(lambda: _state(tmp_path, "stop-1") == "stalled", 5, "ls to say stalled")
+            poll_until(sub, seen, lambda: seen.states()[-1:] == ["stalled"], timeout=5)
+            os.kill(proc.pid, signal.SIGCONT)
+            poll_until(sub, seen, lambda: seen.states()[-1:] == ["live"], timeout=5)
+        assert seen.seqs[0] == list(range(len(seen.seqs[0])))
+        assert _state(tmp_path, "stop-1") == "live"
+
+
+def test_a_viewer_that_never_reads_costs_nothing_and_starves_nobody(tmp_path: Path) -> None:
+    pub = Publisher(make_info("stall-1"), Settings(history_steps=50_000), tmp_path)
+    pub.open()
+    ctx = zmq.Context()
+    stalled = ctx.socket(zmq.SUB)
+    stalled.setsockopt(zmq.RCVHWM, 10)
+    stalled.setsockopt(zmq.SUBSCRIBE, b"")
+    stalled.connect(pub.endpoints["pub"])
+    seen = Seen()
+    try:
+        with attach(tmp_path, "stall-1") as reader:
+            pump = _pump(pub, reader, seen)
+            wait_for(lambda: pump() and stalled.poll(10) != 0, 5, "a welcome")
+            assert stalled.recv() == WELCOME  # and never another read
+            pub.send_steps([make_step(0)])
+            wait_for(lambda: pump() and seen.count() == 1, 5, "step 0")
+            worst = 0.0
+            for i in range(1, 20_000):
+                t0 = time.perf_counter()
+                pub.send_steps([make_step(i)])
+                worst = max(worst, time.perf_counter() - t0)
+                if i % 200 == 0:
+                    pump()
+            poll_until(reader, seen, lambda: pump() and seen.count() >= 20_000)
+            assert reader.stats["lost"] == 0
+        assert pub.stats.subscriptions == 2
+        assert pub.dropped > 10_000, "records the stalled viewer missed must be counted"
+        assert worst < 0.05, f"a send took {worst * 1000:.1f} ms"
+        assert seen.seqs[0] == list(range(20_000)), "the reading viewer misses nothing"
+        beats = [e for e in seen.events if isinstance(e, HeartbeatEvent)]
+        assert beats and all(e.dropped == 0 for e in beats), "nothing was lost for good"
+    finally:
+        stalled.close(0)
+        ctx.term()
+        pub.close(_end(20_000), None)
+
+
+def _pump(pub: Publisher, reader: Subscriber, seen: Seen) -> Callable[[], bool]:
+    """One tx-thread service() and one viewer poll(); always True, to chain in conditions."""
+
+    def pump() -> bool:
+        pub.service(time.monotonic(), last_step=-1, dropped=0, primary=None)
+        seen.add(reader.poll(0))
+        return True
+
+    return pump
+
+
+def _end(steps: int) -> RankEnd:
+    return RankEnd(0, "ok", steps, time.time())
+
+
+def _junk_at(endpoint: str) -> None:
+    """Raw bytes at the transport level, not even a ZMTP greeting."""
+    kind, _, address = endpoint.partition("://")
+    if kind == "ipc":
+        s = socket.socket(socket.AF_UNIX)
+        s.connect(address)
+    else:
+        host, _, port = address.rpartition(":")
+        s = socket.create_connection((host, int(port)))
+    with s:
+        s.sendall(random.Random(1).randbytes(4096))
+
+
+def test_junk_on_both_sockets_is_dropped_and_counted(tmp_path: Path) -> None:
+    with TxLoop(Publisher(make_info("junk-1"), Settings(), tmp_path)) as loop:
+        loop.steps(100)
+        pub = loop.publisher
+        eps = pub.endpoints
+        _junk_at(eps["pub"])
+        _junk_at(eps["ctl"])
+        ctx = zmq.Context()
+        dealer, xsub = ctx.socket(zmq.DEALER), ctx.socket(zmq.XSUB)
+        for s in (dealer, xsub):
+            s.setsockopt(zmq.LINGER, 0)
+        dealer.connect(eps["ctl"])
+        xsub.connect(eps["pub"])
+        rng = random.Random(2)
+        for frames in (
+            [rng.randbytes(64)],
+            [b"\xc1"],
+            [pack({"verb": "exec", "req": 1})],
+            [pack([1, 2, 3])],
+            [pack({"verb": "snapshot", "req": -1})],
+            [pack({"verb": "ping", "req": 1}), b"extra"],
+            [b"x" * 8192],
+        ):
+            dealer.send_multipart(frames)
+        dealer.send(b"y" * (1 << 20))
+        xsub.send_multipart([b"\x07garbage", b"more"])
+        wait_for(lambda: pub.stats.rejected >= 8, 5, "junk to be counted")
+        assert pub.stats.oversized >= 1
+        seen = Seen()
+        with attach(tmp_path, "junk-1") as sub:
+            poll_until(sub, seen, lambda: seen.count() >= 100)
+        ping = ctx.socket(zmq.DEALER)
+        ping.setsockopt(zmq.LINGER, 0)
+        ping.connect(eps["ctl"])
+        ping.send(Request("ping", 7).pack())
+        assert ping.poll(5000), "ROUTER still answers"
+        assert len(ping.recv_multipart()) == 2
+        for s in (dealer, xsub, ping):
+            s.close(0)
+        ctx.term()
+        assert pub.stats.errors == 0
+    assert seen.seqs[0] == list(range(100))
+
+
+def test_the_same_run_id_twice_never_binds_over_the_live_one(tmp_path: Path) -> None:
+    with publisher_process(tmp_path, "twice-1", "--backlog", "30", "--rate", "0"):
+        second = Publisher(make_info("twice-1"), Settings(), tmp_path)
+        with pytest.raises(TransportError, match=r"twice-1 rank 0 is already live in pid \d+"):
+            second.open()
+        second.close(_end(0), None)
+        seen = Seen()
+        with attach(tmp_path, "twice-1") as sub:
+            poll_until(sub, seen, lambda: seen.count() >= 30)
+        assert seen.seqs[0] == list(range(30))
+
+
+def test_a_dead_runs_rank_can_be_taken_over(tmp_path: Path) -> None:
+    with publisher_process(tmp_path, "reuse-1", "--rate", "0") as proc:
+        proc.kill()
+        proc.wait(5)
+    with TxLoop(Publisher(make_info("reuse-1"), Settings(), tmp_path)) as loop:
+        loop.steps(5)
+        seen = Seen()
+        with attach(tmp_path, "reuse-1") as sub:
+            poll_until(sub, seen, lambda: seen.count() >= 5)
+
+
+def test_a_record_that_cannot_be_packed_is_counted_not_raised(tmp_path: Path) -> None:
+    with TxLoop(Publisher(make_info("odd-1"), Settings(), tmp_path)) as loop:
+        loop.steps(3)
+        loop.wait_published(3)
+        odd = StepRecord(0, 3, 0.0, 1.0, (object(),) * 7)  # type: ignore[arg-type]
+        loop.push([odd, make_step(4)])
+        seen = Seen()
+        with attach(tmp_path, "odd-1") as sub:
+            poll_until(sub, seen, lambda: seen.count() >= 4)
+            poll_until(
+                sub,
+                seen,
+                lambda: any(isinstance(e, HeartbeatEvent) and e.dropped == 1 for e in seen.events),
+            )
+        assert loop.publisher.stats.unpackable == 1 and loop.publisher.stats.errors == 0
+    assert seen.steps[0] == [0, 1, 2, 4]

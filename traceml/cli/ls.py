@@ -1,0 +1,78 @@
+"""`traceml ls [--all] [--json]`: this user's runs from their run files, without connecting.
+
+Never crashes or hangs on a broken run file: it is reported as one line on stderr and skipped,
+and the exit code stays 0. Prunes our own dead and finished runs older than a week.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from typing import Any
+
+from traceml.transport.runs import RunEntry, list_runs, prune_runs
+
+COLUMNS = ("RUN ID", "SCRIPT", "RANKS", "HOST", "STEP", "STEP MS", "DIAGNOSIS", "STATE", "AGE")
+
+
+def add_parser(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "ls",
+        help="list live runs (--all adds finished and dead ones)",
+        description="List this user's TraceML runs on this host.",
+    )
+    parser.add_argument(
+        "--all", action="store_true", dest="all", help="include finished and dead runs"
+    )
+    parser.add_argument("--json", action="store_true", help="print a JSON list of objects")
+
+
+def run(args: argparse.Namespace) -> int:
+    now = time.time()
+    runs = list_runs(include_finished=True, now=now)
+    for warning in runs.warnings:
+        print(f"traceml: warning: {warning}", file=sys.stderr)
+    pruned = set(prune_runs(runs, now=now))
+    shown = [r for r in runs if r.run_id not in pruned and (args.all or r.live)]
+    if args.json:
+        print(json.dumps([r.to_json(now) for r in shown], indent=2))
+    elif shown:
+        print(render_table(shown, now))
+    else:
+        hint = "" if args.all else " (`traceml ls --all` adds finished and dead ones)"
+        print(f"no {'' if args.all else 'live '}runs{hint}")
+    return 0
+
+
+def render_table(runs: list[RunEntry], now: float) -> str:
+    """The runs as an aligned text table, one line per run."""
+    rows = [COLUMNS, *(_row(r, now) for r in runs)]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(COLUMNS))]
+    return "\n".join(
+        "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in rows
+    )
+
+
+def _row(run: RunEntry, now: float) -> tuple[str, ...]:
+    ranks = f"{len(run.ranks)}/{run.world_size}" if run.world_size > len(run.ranks) else ""
+    return (
+        run.run_id,
+        run.script or "-",
+        ranks or str(len(run.ranks)),
+        ",".join(run.hosts) or "-",
+        "-" if run.last_step is None else str(run.last_step),
+        "-" if run.last_step_ms is None else f"{run.last_step_ms:.1f}",
+        run.primary or "-",
+        run.state,
+        format_age(run.age_s(now)),
+    )
+
+
+def format_age(seconds: float) -> str:
+    """12s, 5m, 3h, 2d."""
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{int(seconds // size)}{unit}"
+    return f"{int(seconds)}s"
