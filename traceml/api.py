@@ -24,6 +24,8 @@ if TYPE_CHECKING:
 _session: Session | None = None
 _tried = False
 """True once init ran in this process (even with mode "off" or a failed start)."""
+_by_run = False
+"""True when `traceml run` started TraceML before the script: the script's own init is expected."""
 _lock = threading.Lock()
 _NULL: contextlib.nullcontext[None] = contextlib.nullcontext()
 
@@ -91,11 +93,12 @@ def init(
         settings = _replace(settings, run_id=run_id)
     with _lock:
         if _session is not None:
-            if os.environ.get("TRACEML_LAUNCHER") != "1":
+            if not _by_run:
                 warn_once("init twice", "traceml.init() was already called; this call is ignored")
             return
-        if _tried and os.environ.get("TRACEML_LAUNCHER") != "1":
-            warn_once("init after shutdown", "traceml.init() after shutdown() is ignored")
+        if _tried:
+            if not _by_run:
+                warn_once("init after shutdown", "traceml.init() after shutdown() is ignored")
             return
         _tried = True
         if settings.mode == "off":
@@ -167,6 +170,13 @@ def shutdown() -> Path | None:
     with _lock:
         s, _session = _session, None
     return s.shutdown() if s is not None else None
+
+
+def init_for_run(mode: str) -> None:
+    """`traceml run`'s init, before the script runs; the script may call `init` again quietly."""
+    global _by_run
+    _by_run = True
+    init(mode)
 
 
 def current_session() -> Session | None:

@@ -36,9 +36,9 @@ def main(argv: list[str]) -> int:
     script = os.path.abspath(argv[0])
     sys.argv = [argv[0], *argv[1:]]
     sys.path[0] = os.path.dirname(script)
-    import traceml
+    from traceml.api import init_for_run
 
-    traceml.init(mode=os.environ.get("TRACEML_MODE", "auto"))
+    init_for_run(os.environ.get("TRACEML_MODE", "auto"))
     try:
         runpy.run_path(script, run_name="__main__")
     except SystemExit as e:

@@ -23,14 +23,10 @@ from traceml.instrument.probe import warn_once
 from traceml.records import RankEnd, RankInfo, StepRecord, SystemSample
 from traceml.transport.collector import Collector, CollectorAddress
 from traceml.transport.events import (
-    EndEvent,
     Event,
-    HeartbeatEvent,
-    InfoEvent,
-    StepsEvent,
-    SystemEvent,
 )
 from traceml.transport.feed import CollectorFeed
+from traceml.transport.fold import apply_events
 
 STORE_TIMEOUT_S = 10.0
 LOOKUP_EVERY_S = 0.5
@@ -188,19 +184,7 @@ class JobLink:
 
     def fold(self, events: list[Event]) -> None:
         """Rank 0: put what the other ranks sent into the job's store."""
-        store = self._store
-        for ev in events:
-            if isinstance(ev, StepsEvent):
-                store.add_steps(ev.records)
-            elif isinstance(ev, SystemEvent):
-                store.add_system(ev.sample)
-            elif isinstance(ev, InfoEvent):
-                store.add_info(ev.info)
-            elif isinstance(ev, EndEvent):
-                store.add_end(ev.end)
-                store.set_rank_state(ev.end.rank, "finished")
-            elif isinstance(ev, HeartbeatEvent):
-                store.set_dropped(ev.rank, ev.dropped)
+        apply_events(self._store, events)
 
     def settle(self) -> None:
         """Rank 0, before the summary: wait briefly for the others' ends; the rest are dead."""

@@ -14,15 +14,8 @@ from typing import TYPE_CHECKING
 
 from traceml.analysis.summary import load_summary
 from traceml.errors import RunNotFoundError
-from traceml.transport.events import (
-    EndEvent,
-    Event,
-    HeartbeatEvent,
-    InfoEvent,
-    StateEvent,
-    StepsEvent,
-    SystemEvent,
-)
+from traceml.transport.events import Event
+from traceml.transport.fold import apply_event
 from traceml.transport.rundir import RunDir
 from traceml.transport.runs import RunEntry, resolve_run
 from traceml_tui.summary_snapshot import from_summary
@@ -38,22 +31,8 @@ WAIT_POLL_S = 0.25
 
 
 def fold(store: RunStore, event: Event) -> bool:
-    """Apply one subscriber event to the store; True when it came from the run (not a state
-    change the subscriber inferred locally, e.g. from silence)."""
-    if isinstance(event, StepsEvent):
-        store.add_steps(event.records)
-    elif isinstance(event, SystemEvent):
-        store.add_system(event.sample)
-    elif isinstance(event, InfoEvent):
-        store.add_info(event.info)
-    elif isinstance(event, EndEvent):
-        store.add_end(event.end)
-    elif isinstance(event, HeartbeatEvent):
-        store.set_dropped(event.rank, event.dropped)
-    elif isinstance(event, StateEvent):
-        store.set_rank_state(event.rank, event.state)
-        return False
-    return True
+    """Apply one subscriber event to the store (see traceml.transport.fold.apply_event)."""
+    return apply_event(store, event)
 
 
 class SubscriberSource:

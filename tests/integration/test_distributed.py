@@ -1,0 +1,201 @@
+"""Real torchrun jobs (gloo on CPU): one run id, every rank in the summary, stragglers named.
+
+Each test launches real ranks; steps are few and short to keep the suite's time in check.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import EXAMPLES, child_env, traceml_cmd
+from traceml.analysis.diagnose import diagnose
+from traceml.analysis.schema import validate_summary
+from traceml.analysis.store import RunStore
+from traceml.transport.fold import apply_events
+from traceml.transport.runs import list_runs
+from traceml.transport.subscriber import Subscriber
+
+pytestmark = pytest.mark.slow
+STRAGGLER = str(EXAMPLES / "ddp_straggler.py")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def finding(summary: dict[str, Any], kind: str) -> dict[str, Any]:
+    found = [f for f in summary["findings"] if f["kind"] == kind]
+    assert found, f"no {kind} in {[f['kind'] for f in summary['findings']]}"
+    return found[0]
+
+
+def run_job(tmp_path: Path, nproc: int, *args: str) -> tuple[int, dict[str, Any], str]:
+    summary = tmp_path / "summary.json"
+    cmd = traceml_cmd(
+        "run",
+        "--no-live",
+        "--summary",
+        str(summary),
+        "--nproc-per-node",
+        str(nproc),
+        STRAGGLER,
+        *args,
+    )
+    env = child_env(MASTER_PORT=str(free_port()))
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=180, cwd=tmp_path, env=env)
+    data = json.loads(summary.read_text())
+    validate_summary(data)
+    return proc.returncode, data, proc.stderr
+
+
+def watch_live(runtime_dir: Path, proc: subprocess.Popen[str], seconds: float) -> RunStore:
+    """Attach like a viewer while the job runs and fold what arrives into a store."""
+    deadline = time.monotonic() + seconds
+    while not list_runs(runtime_dir) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    store = RunStore()
+    run = list_runs(runtime_dir)[0]
+    with Subscriber(run) as sub:
+        while time.monotonic() < deadline and proc.poll() is None:
+            apply_events(store, sub.poll(100))
+    return store
+
+
+def test_input_straggler_named_live_and_in_summary(tmp_path: Path, runtime_dir: Path) -> None:
+    summary = tmp_path / "summary.json"
+    cmd = traceml_cmd(
+        "run",
+        "--no-live",
+        "--summary",
+        str(summary),
+        "--nproc-per-node",
+        "2",
+        STRAGGLER,
+        "--slow-rank",
+        "1",
+        "--slow",
+        "data",
+        "--delay-ms",
+        "10",
+        "--steps",
+        "250",
+    )
+    proc = subprocess.Popen(
+        cmd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=tmp_path,
+        env=child_env(MASTER_PORT=str(free_port())),
+    )
+    store = watch_live(runtime_dir, proc, seconds=60)
+    _, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 0, stderr
+    assert sorted(store.ranks()) == [0, 1], "one run with both ranks in the live stream"
+    live = diagnose(store.live_view())
+    assert live.primary.kind == "INPUT_STRAGGLER", [f.kind for f in live.findings]
+    assert live.primary.evidence["ranks"] == [1]
+
+    data = json.loads(summary.read_text())
+    validate_summary(data)
+    assert data["primary"]["kind"] == "INPUT_STRAGGLER"
+    straggler = finding(data, "INPUT_STRAGGLER")
+    assert straggler["evidence"]["ranks"] == [1]
+    assert "rank 1" in straggler["summary"]
+    assert [r["rank"] for r in data["ranks"]] == [0, 1]
+    assert data["run"]["world_size"] == 2
+    assert data["ranks"][1]["dataloader_pct"] > data["ranks"][0]["dataloader_pct"] + 20
+
+
+def test_compute_straggler_among_three_ranks(tmp_path: Path) -> None:
+    code, data, stderr = run_job(
+        tmp_path, 3, "--slow-rank", "2", "--slow", "forward", "--delay-ms", "8", "--steps", "60"
+    )
+    assert code == 0, stderr
+    assert [r["rank"] for r in data["ranks"]] == [0, 1, 2]
+    straggler = finding(data, "COMPUTE_STRAGGLER")
+    assert straggler["evidence"]["ranks"] == [2]
+    assert data["primary"]["kind"] == "COMPUTE_STRAGGLER"
+    assert all(r["state"] == "finished" and r["exit"] == "ok" for r in data["ranks"])
+
+
+def test_rank_killed_mid_run_is_listed_dead(tmp_path: Path) -> None:
+    code, data, _ = run_job(
+        tmp_path, 2, "--slow", "none", "--slow-rank", "1", "--die-at", "25", "--steps", "400"
+    )
+    assert code != 0
+    rows = {r["rank"]: r for r in data["ranks"]}
+    assert rows[1]["state"] == "dead"
+    assert rows[1]["exit"] is None
+    assert rows[0]["steps"] >= 20
+    assert data["run"]["exit"] in ("error", "signal")
+
+
+def test_two_nodes_feed_one_collector(tmp_path: Path) -> None:
+    """Two torchrun agents as two nodes (static rendezvous on loopback), each with its own run
+    dir as on separate hosts: node 1's rank reaches rank 0 only through the TCP collector."""
+    port = str(free_port())
+    procs = []
+    for node in (0, 1):
+        rt = tmp_path / f"node{node}"
+        rt.mkdir(mode=0o700)
+        env = child_env(TRACEML_RUNTIME_DIR=str(rt), TRACEML_SUMMARY=str(rt / "summary.json"))
+        cmd = [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--nnodes",
+            "2",
+            "--nproc-per-node",
+            "1",
+            "--node-rank",
+            str(node),
+            "--master-addr",
+            "127.0.0.1",
+            "--master-port",
+            port,
+            "-m",
+            "traceml",
+            "run",
+            STRAGGLER,
+            "--slow-rank",
+            "1",
+            "--slow",
+            "data",
+            "--delay-ms",
+            "8",
+            "--steps",
+            "60",
+        ]
+        procs.append(
+            subprocess.Popen(
+                cmd,
+                cwd=tmp_path,
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+            )
+        )
+    outs = [p.communicate(timeout=180)[0] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outs
+    data = json.loads((tmp_path / "node0" / "summary.json").read_text())
+    validate_summary(data)
+    assert not (tmp_path / "node1" / "summary.json").exists(), "only global rank 0 writes it"
+    assert [r["rank"] for r in data["ranks"]] == [0, 1]
+    assert data["ranks"][1]["steps"] == 60
+    assert finding(data, "INPUT_STRAGGLER")["evidence"]["ranks"] == [1]
+    node1_runs = list_runs(tmp_path / "node1", include_finished=True)
+    assert [len(r.ranks) for r in node1_runs] == [1], "each node keeps its own run dir"
+    assert os.environ.get("TRACEML_RUNTIME_DIR") != str(tmp_path / "node1")

@@ -1,0 +1,57 @@
+"""Fold transport events into a store: the one place that maps each event to a store call.
+
+Used by the viewer's feed and by rank 0's job collector. The store is anything with RunStore's
+methods (a Protocol, so the transport never imports the analysis package or torch).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Protocol
+
+from traceml.records import RankEnd, RankInfo, StepRecord, SystemSample
+from traceml.transport.events import (
+    EndEvent,
+    Event,
+    HeartbeatEvent,
+    InfoEvent,
+    RankState,
+    StateEvent,
+    StepsEvent,
+    SystemEvent,
+)
+
+
+class EventStore(Protocol):
+    """The part of analysis.store.RunStore that events feed."""
+
+    def add_steps(self, records: Sequence[StepRecord]) -> None: ...
+    def add_system(self, sample: SystemSample) -> None: ...
+    def add_info(self, info: RankInfo) -> None: ...
+    def add_end(self, end: RankEnd) -> None: ...
+    def set_dropped(self, rank: int, dropped: int) -> None: ...
+    def set_rank_state(self, rank: int, state: RankState) -> None: ...
+
+
+def apply_event(store: EventStore, event: Event) -> bool:
+    """Apply one event; True when it came from the run itself (not a state the subscriber
+    inferred locally, e.g. from silence)."""
+    if isinstance(event, StepsEvent):
+        store.add_steps(event.records)
+    elif isinstance(event, SystemEvent):
+        store.add_system(event.sample)
+    elif isinstance(event, InfoEvent):
+        store.add_info(event.info)
+    elif isinstance(event, EndEvent):
+        store.add_end(event.end)
+    elif isinstance(event, HeartbeatEvent):
+        store.set_dropped(event.rank, event.dropped)
+    elif isinstance(event, StateEvent):
+        store.set_rank_state(event.rank, event.state)
+        return False
+    return True
+
+
+def apply_events(store: EventStore, events: Iterable[Event]) -> None:
+    for event in events:
+        apply_event(store, event)
