@@ -95,6 +95,16 @@ def test_rank_findings_come_with_step_findings() -> None:
     assert "INPUT_STRAGGLER" in kinds(diag)
 
 
+def test_a_straggler_wins_a_severity_tie_with_the_step_finding_it_causes() -> None:
+    # Two ranks: the median of their data shares is input-bound only because rank 1 is slow.
+    v = view(rank(0, dataloader=0.02, forward=0.1, backward=0.8),
+             rank(1, dataloader=0.7, forward=0.1, backward=0.15))
+    diag = diagnose(v)
+    assert diag.step.severity == diag.ranks[0].severity == "critical"
+    assert diag.primary.kind == "INPUT_STRAGGLER"
+    assert kinds(diag).index("INPUT_STRAGGLER") < kinds(diag).index(diag.step.kind)
+
+
 def test_rule_lists_are_editable(monkeypatch: pytest.MonkeyPatch) -> None:
     v = view(rank(dataloader=0.5, forward=0.25, backward=0.25))
     assert diagnose(v).step.kind == "INPUT_BOUND"

@@ -1,0 +1,81 @@
+"""Run ids: the order of sources, readability, safety as a directory name, agreement of ranks."""
+
+from __future__ import annotations
+
+import os
+import re
+
+import pytest
+
+from traceml.transport.runid import (
+    derive_run_id,
+    derived_run_id,
+    is_valid_run_id,
+    launcher_pid,
+    sanitize,
+    script_stem,
+)
+
+READABLE = re.compile(r"train-\d{8}-\d{6}-[0-9a-f]{4}")
+
+
+@pytest.mark.parametrize(
+    ("env", "expected"),
+    [
+        ({"TRACEML_RUN_ID": "my-run", "SLURM_JOB_ID": "7"}, "my-run"),
+        ({"TRACEML_RUN_ID": "a/b c"}, "a-b-c"),
+        ({"SLURM_JOB_ID": "123", "SLURM_STEP_ID": "0"}, "train-slurm123.0"),
+        ({"SLURM_JOB_ID": "123", "TORCHELASTIC_RUN_ID": "x"}, "train-slurm123"),
+        (
+            {"TORCHELASTIC_RUN_ID": "3f2a9c1e-aaaa-bbbb-cccc-1234567890ab"},
+            "train-3f2a9c1e-aaaa-bbbb-cccc",
+        ),
+        ({"TORCHELASTIC_RUN_ID": "job42"}, "train-job42"),
+    ],
+)
+def test_sources_in_order(env: dict[str, str], expected: str) -> None:
+    assert derive_run_id("/x/train.py", env) == expected
+
+
+@pytest.mark.parametrize("elastic", [None, "none", "NONE"])
+def test_otherwise_derived_and_readable(elastic: str | None) -> None:
+    env = {"MASTER_ADDR": "10.0.0.1", "MASTER_PORT": "29500"}
+    if elastic is not None:
+        env["TORCHELASTIC_RUN_ID"] = elastic
+    run_id = derive_run_id("train.py", env)
+    assert READABLE.fullmatch(run_id), run_id
+    assert derive_run_id("train.py", env) == run_id
+
+
+def test_ranks_of_one_launcher_agree_and_jobs_differ() -> None:
+    env = {"MASTER_ADDR": "h", "MASTER_PORT": "1"}
+    one = derived_run_id("train", env, 100, 1.7e9)
+    assert derived_run_id("train", dict(env), 100, 1.7e9 + 0.001) == one
+    assert derived_run_id("train", env, 101, 1.7e9) != one
+    assert derived_run_id("train", {**env, "MASTER_PORT": "2"}, 100, 1.7e9) != one
+
+
+def test_under_torchrun_the_launcher_is_the_parent() -> None:
+    assert launcher_pid({"TORCHELASTIC_RESTART_COUNT": "0"}) == os.getppid()
+    assert launcher_pid({}) == os.getpid()
+
+
+@pytest.mark.parametrize(
+    ("script", "stem"),
+    [("train.py", "train"), ("/a/b/my model.py", "my-model"), ("", "python"), ("-c", "c")],
+)
+def test_script_stem(script: str, stem: str) -> None:
+    assert script_stem(script) == stem
+
+
+@pytest.mark.parametrize(
+    ("run_id", "ok"),
+    [("train-1", True), (".hidden", False), ("a/b", False), ("", False), ("x" * 97, False)],
+)
+def test_valid_run_ids(run_id: str, ok: bool) -> None:
+    assert is_valid_run_id(run_id) is ok
+
+
+def test_sanitize_never_yields_a_hidden_or_unsafe_name() -> None:
+    assert sanitize("../../etc") == "etc"
+    assert is_valid_run_id(sanitize("..a b/c..", 10))

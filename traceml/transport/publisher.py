@@ -1,0 +1,373 @@
+"""A rank's live publisher: binds XPUB + ROUTER, streams records, serves attach snapshots.
+
+Everything here runs in the rank's tx thread and never blocks: sends are non-blocking and drop
+(counted) when a viewer's queue is full, and service() does bounded work per call. Only open() may
+raise (TransportError); every other method counts its failures and carries on. A forked child
+(a DataLoader worker) that inherits the object finds every method a no-op: it must never touch
+the parent's sockets.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import zmq
+
+from traceml.config import Settings
+from traceml.errors import SchemaError, TransportError
+from traceml.records import RankEnd, RankInfo, StepRecord, SystemSample
+from traceml.transport.channels import Channels
+from traceml.transport.codec import KINDS, Header, Kind, pack, pack_array, topic
+from traceml.transport.control import Request
+from traceml.transport.counters import PublisherStats
+from traceml.transport.endpoints import plan_endpoints
+from traceml.transport.history import History
+from traceml.transport.lock import RankLock
+from traceml.transport.progress import Progress
+from traceml.transport.rundir import RunDir, resolve_runtime_dir
+from traceml.transport.runfile import (
+    RankFile,
+    RunFile,
+    read_rank_file,
+    write_json_atomic,
+)
+from traceml.transport.runid import process_start
+from traceml.transport.security import KeyPair, new_keypair
+from traceml.transport.snapshot import SnapshotServer, StreamId
+
+_log = logging.getLogger("traceml.transport")
+
+HEARTBEAT_S = 1.0
+FILE_UPDATE_S = 2.0
+"""The rank file is rewritten at most this often (and once more at close)."""
+MAX_FRAME_RECORDS = 256
+EVENT_HISTORY = 256
+"""Events (findings, end) kept for snapshots."""
+MAX_INBOUND_PER_CALL = 64
+
+
+class Publisher:
+    """The live side of one rank; see the module docstring for the threading contract."""
+
+    def __init__(self, info: RankInfo, settings: Settings, runtime_dir: Path | None = None) -> None:
+        """Cheap: no sockets, no files until open()."""
+        self._info = info
+        self._settings = settings
+        self._runtime_dir = runtime_dir if runtime_dir is not None else settings.runtime_dir
+        self._pid = os.getpid()
+        self._stream = StreamId(info.run_id, info.rank, info.incarnation)
+        self._topics = {kind: topic(kind, info.rank) for kind in KINDS}
+        self._history: History[bytes] = History(max(1, settings.history_steps))
+        self._events: History[dict[str, Any]] = History(EVENT_HISTORY)
+        self._progress = Progress()
+        self._server: SnapshotServer | None = None
+        self._system: SystemSample | None = None
+        self._end: RankEnd | None = None
+        self._summary: str | None = None
+        self._ctx: zmq.Context[zmq.Socket[bytes]] | None = None
+        self._channels: Channels | None = None
+        self._lock: RankLock | None = None
+        self._run_dir: RunDir | None = None
+        self._keys: KeyPair | None = None
+        self._pid_start: float | None = None
+        self._closed = False
+        self._last_hb = -1e18
+        self._last_write = -1e18
+        self._logged: set[str] = set()
+        self.stats = PublisherStats()
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    def open(self) -> None:
+        """Bind XPUB + ROUTER, then write rank-<N>.json (and run.json on local rank 0).
+
+        Raises:
+            TransportError: the runtime dir is unsafe, the run rank is live in another process,
+                binding failed, or this is a forked copy; the caller then runs without publishing.
+        """
+        if not self._mine():
+            raise TransportError("this publisher belongs to the parent process, not to a fork")
+        if self._closed:
+            raise TransportError("this publisher is closed: create a new one")
+        if self._channels is not None:
+            return
+        run_dir = RunDir(resolve_runtime_dir(self._runtime_dir), self._info.run_id).create()
+        lock = self._take_lock(run_dir)
+        try:
+            self._bind(run_dir)
+            self._pid_start = process_start(self._pid)
+            self._write_files()
+        except BaseException:
+            self._teardown()
+            lock.release()
+            raise
+
+    def _take_lock(self, run_dir: RunDir) -> RankLock:
+        rank = self._info.rank
+        try:
+            self._lock = RankLock.acquire(run_dir.lock_path(rank))
+        except TransportError as e:
+            raise TransportError(
+                f"run {run_dir.run_id} rank {rank} is already live{_owner(run_dir, rank)}:"
+                " set TRACEML_RUN_ID to another id",
+            ) from e
+        self._run_dir = run_dir
+        return self._lock
+
+    def _bind(self, run_dir: RunDir) -> None:
+        plan = plan_endpoints(run_dir, self._info.rank, self._settings)
+        self._keys = new_keypair() if plan.curve else None
+        try:
+            self._ctx = zmq.Context()
+        except zmq.ZMQError as e:
+            raise TransportError(f"cannot start ZeroMQ: {e.strerror}") from e
+        self._channels = Channels.open(self._ctx, plan, self._keys)
+        self._server = SnapshotServer(
+            self._channels, self._stream, self._history, self._meta, self.stats
+        )
+
+    def close(self, end: RankEnd, summary_path: Path | None) -> None:
+        """Send the "end" event, record it (and the summary path) in the run files, close
+        sockets with linger 0 and remove the socket files. Idempotent; never raises."""
+        if not self._mine() or self._closed:
+            return
+        self._closed = True
+        if self._channels is None:
+            return
+        self._end = end
+        self._summary = os.path.abspath(summary_path) if summary_path is not None else None
+        self._safely("close: run files", self._write_files)
+        if summary_path is not None and self._info.local_rank == 0 and self._run_dir:
+            run_dir = self._run_dir
+            self._safely("close: summary link", lambda: run_dir.link_summary(summary_path))
+        payload = {"end": end.to_wire(), "summary_path": self._summary}
+        self._safely("close: end event", lambda: self._send_event("end", payload))
+        self._safely("close: sockets", self._teardown)
+
+    def _teardown(self) -> None:
+        if self._channels is not None:
+            self._channels.close()
+        if self._ctx is not None:
+            self._ctx.term()
+        self._channels, self._ctx, self._server = None, None, None
+        if self._run_dir is not None:
+            self._run_dir.remove_sockets(self._info.rank)
+        if self._lock is not None:
+            self._lock.release()
+
+    # -- streaming -------------------------------------------------------------------------
+
+    def send_steps(self, records: Sequence[StepRecord]) -> None:
+        """Assign seqs, keep the records in the bounded history, publish without blocking."""
+        if self._live():
+            self._safely("send_steps", lambda: self._send_steps(records))
+
+    def send_system(self, sample: SystemSample) -> None:
+        if self._live():
+            self._safely("send_system", lambda: self._send_system(sample))
+
+    def send_event(self, kind: str, payload: dict[str, Any]) -> None:
+        """Publish an event, e.g. kind="finding" with Finding.to_json(); kept for snapshots."""
+        if self._live():
+            self._safely("send_event", lambda: self._send_event(kind, payload))
+
+    def service(self, now: float, *, last_step: int, dropped: int, primary: str | None) -> None:
+        """Periodic work, bounded per call: inbound frames, snapshot parts, the 1 s heartbeat,
+        and the rank file every FILE_UPDATE_S. `now` may be any clock; only differences count."""
+        if not self._live():
+            return
+        self._progress.note(last_step, dropped, primary)
+        self._safely("read subscriptions", self._drain_pub)
+        if self._server is not None:
+            server = self._server
+            self._safely("read requests", lambda: server.take_requests(now))
+            self._safely("serve snapshots", lambda: server.serve(now))
+        if now - self._last_hb >= HEARTBEAT_S:
+            self._last_hb = now
+            self._safely("heartbeat", self._heartbeat)
+        if now - self._last_write >= FILE_UPDATE_S:
+            self._last_write = now
+            self._safely("rank file", self._write_files)
+
+    # -- properties ------------------------------------------------------------------------
+
+    @property
+    def dropped(self) -> int:
+        """Step records the publisher failed to deliver to some viewer: sends refused by a full
+        viewer queue (that viewer re-syncs from the history) plus unpackable records."""
+        return self.stats.dropped + self.stats.unpackable
+
+    @property
+    def endpoints(self) -> dict[str, str]:
+        """{"pub": ..., "ctl": ...} once open; empty before."""
+        return dict(self._channels.endpoints) if self._channels is not None else {}
+
+    @property
+    def run_dir(self) -> RunDir | None:
+        return self._run_dir
+
+    @property
+    def curve_key(self) -> str | None:
+        """Public CURVE key of the sockets; None when they are not encrypted."""
+        return self._keys.public if self._keys is not None else None
+
+    # -- internals -------------------------------------------------------------------------
+
+    @property
+    def _ch(self) -> Channels:
+        if self._channels is None:
+            raise RuntimeError("the publisher is not open")
+        return self._channels
+
+    def _mine(self) -> bool:
+        return os.getpid() == self._pid
+
+    def _live(self) -> bool:
+        return self._channels is not None and not self._closed and self._mine()
+
+    def _safely(self, what: str, fn: Callable[[], None]) -> None:
+        try:
+            fn()
+        except Exception:  # noqa: BLE001 - the contract: never raise into the training side
+            self.stats.errors += 1
+            if what not in self._logged:
+                self._logged.add(what)
+                _log.exception("TraceML publisher: %s failed; training goes on", what)
+
+    def _publish(self, kind: Kind, seq: int, body: bytes, records: int = 0) -> None:
+        s = self._stream
+        header = Header(s.run, s.rank, s.inc, seq, time.time()).pack()
+        if self._ch.publish([self._topics[kind], header, body]):
+            self.stats.records += records
+        elif records:
+            self.stats.dropped += records
+        else:
+            self.stats.dropped_frames += 1
+
+    def _send_steps(self, records: Sequence[StepRecord]) -> None:
+        first = self._history.next_seq
+        packed: list[bytes] = []
+        t = time.time()
+        for rec in records:
+            try:
+                item = pack(rec.to_wire())
+            except (TypeError, ValueError, AttributeError):
+                self.stats.unpackable += 1
+                continue
+            self._history.append(item)
+            self._progress.record(rec, t)
+            packed.append(item)
+        for lo in range(0, len(packed), MAX_FRAME_RECORDS):
+            chunk = packed[lo : lo + MAX_FRAME_RECORDS]
+            self._publish("rec", first + lo, pack_array(chunk), len(chunk))
+
+    def _send_system(self, sample: SystemSample) -> None:
+        body = pack(sample.to_wire())
+        self._system = sample
+        self._publish("sys", self._history.next_seq - 1, body)
+
+    def _send_event(self, kind: str, payload: dict[str, Any]) -> None:
+        event = {"id": self._events.next_seq, "kind": kind, "payload": payload}
+        body = pack(event)
+        self._events.append(event)
+        self._publish("evt", self._history.next_seq - 1, body)
+
+    def _heartbeat_body(self) -> dict[str, Any]:
+        p = self._progress
+        return {
+            "last_step": -1 if p.last_step is None else p.last_step,
+            "dropped": self._lost(),
+            "queue_dropped": self.stats.dropped,
+            "primary": p.primary,
+            "pid": self._pid,
+        }
+
+    def _lost(self) -> int:
+        """Records no viewer will ever see: dropped by the training side or unpackable."""
+        return self._progress.training_dropped + self.stats.unpackable
+
+    def _heartbeat(self) -> None:
+        self._publish("hb", self._history.next_seq - 1, pack(self._heartbeat_body()))
+
+    def _drain_pub(self) -> None:
+        for _ in range(MAX_INBOUND_PER_CALL):
+            msg = self._ch.read_pub()
+            if msg is None:
+                return
+            if len(msg) != 1 or msg[0][:1] not in (b"\x00", b"\x01"):
+                self.stats.rejected += 1
+            elif msg[0][:1] == b"\x01":
+                self.stats.subscriptions += 1
+            else:
+                self._ch.caught_up()
+
+    def _meta(self, request: Request) -> dict[str, Any]:
+        _, events = self._events.since(request.events_since)
+        last = self._history.next_seq - 1
+        return {
+            "info": self._info.to_wire(),
+            "first": last + 1,
+            "last": last,
+            "count": 0,
+            "events": events if request.verb == "snapshot" else [],
+            "system": None if self._system is None else self._system.to_wire(),
+            "hb": self._heartbeat_body(),
+            "end": None if self._end is None else self._end.to_wire(),
+        }
+
+    def _rank_file(self) -> RankFile:
+        p = self._progress
+        return RankFile(
+            info=self._info,
+            pid_start=self._pid_start,
+            endpoints=self.endpoints,
+            curve_key=self.curve_key,
+            updated=time.time(),
+            last_step=p.last_step,
+            last_step_ms=p.last_step_ms,
+            median_step_ms=p.median_ms(),
+            last_step_t=p.last_step_t,
+            primary=p.primary,
+            dropped=self._lost(),
+            end=self._end,
+            summary_path=self._summary,
+        )
+
+    def _run_file(self) -> RunFile:
+        i = self._info
+        return RunFile(
+            run_id=i.run_id,
+            script=i.script,
+            argv=i.argv,
+            host=i.host,
+            pid=self._pid,
+            pid_start=self._pid_start,
+            started=i.started,
+            world_size=i.world_size,
+            updated=time.time(),
+            summary_path=self._summary,
+            end=self._end,
+        )
+
+    def _write_files(self) -> None:
+        assert self._run_dir is not None
+        write_json_atomic(self._run_dir.rank_json(self._info.rank), self._rank_file().to_json())
+        if self._info.local_rank == 0:
+            write_json_atomic(self._run_dir.run_json, self._run_file().to_json())
+
+    def stats_dict(self) -> dict[str, int]:
+        """The counters as a plain dict (for logs, tests and benchmarks)."""
+        return self.stats.as_dict()
+
+
+def _owner(run_dir: RunDir, rank: int) -> str:
+    try:
+        pid = read_rank_file(run_dir.rank_json(rank)).pid
+    except (OSError, TransportError, SchemaError):
+        return ""
+    return f" in pid {pid}"

@@ -1,0 +1,95 @@
+"""Run ids: one id shared by every rank of a job, readable, and safe as a directory name.
+
+Reads only the environment and the launcher's start time; never talks to the network.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import time
+from collections.abc import Mapping
+from pathlib import Path
+
+import psutil
+
+MAX_RUN_ID = 96
+"""Longest run id; keeps ipc socket paths under the 107-byte limit in the default runtime dir."""
+
+_UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
+_VALID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+
+
+def is_valid_run_id(run_id: str) -> bool:
+    """True if `run_id` can name a run directory: [A-Za-z0-9._-], not hidden, not too long."""
+    return len(run_id) <= MAX_RUN_ID and _VALID.fullmatch(run_id) is not None
+
+
+def sanitize(text: str, limit: int = MAX_RUN_ID) -> str:
+    """`text` with every run of unsafe characters replaced by '-', trimmed to `limit`."""
+    return _UNSAFE.sub("-", text).strip(".-_")[:limit].rstrip(".-_")
+
+
+def script_stem(script: str) -> str:
+    """The readable head of a run id: the script's file name without `.py`."""
+    name = Path(script).name
+    if name.endswith(".py"):
+        name = name[:-3]
+    return sanitize(name, 40) or "python"
+
+
+def derive_run_id(script: str, env: Mapping[str, str] | None = None) -> str:
+    """The run id of this process's job, the same in every rank (DESIGN.md section 4).
+
+    Args:
+        script: path or name of the training script, for the readable head of the id.
+        env: environment to read; None means os.environ.
+
+    Returns:
+        `$TRACEML_RUN_ID` (made safe), else `<script>-slurm<job>[.<step>]`, else
+        `<script>-<TORCHELASTIC_RUN_ID>` unless that is "none", else
+        `<script>-<yyyymmdd-hhmmss>-<4 hex>` from MASTER_ADDR/PORT and the launcher's pid and start
+        time (the parent's under torchrun, so local ranks agree).
+    """
+    env = os.environ if env is None else env
+    stem = script_stem(script)
+    explicit = sanitize(env.get("TRACEML_RUN_ID", ""))
+    if explicit:
+        return explicit
+    slurm = sanitize(env.get("SLURM_JOB_ID", ""), 24)
+    if slurm:
+        step = sanitize(env.get("SLURM_STEP_ID", ""), 12)
+        return f"{stem}-slurm{slurm}" + (f".{step}" if step else "")
+    elastic = env.get("TORCHELASTIC_RUN_ID", "")
+    if elastic and elastic.strip().lower() != "none" and sanitize(elastic, 24):
+        return f"{stem}-{sanitize(elastic, 24)}"
+    pid = launcher_pid(env)
+    return derived_run_id(stem, env, pid, process_start(pid))
+
+
+def under_torchrun(env: Mapping[str, str]) -> bool:
+    """True when a torchelastic agent launched this process (it is then the launcher)."""
+    return "TORCHELASTIC_RESTART_COUNT" in env or "TORCHELASTIC_RUN_ID" in env
+
+
+def launcher_pid(env: Mapping[str, str]) -> int:
+    """The pid whose start time names the job: the torchrun agent, else this process."""
+    return os.getppid() if under_torchrun(env) else os.getpid()
+
+
+def process_start(pid: int) -> float | None:
+    """Start time of `pid` in epoch seconds, None if it cannot be read."""
+    try:
+        return float(psutil.Process(pid).create_time())
+    except (psutil.Error, OSError):
+        return None
+
+
+def derived_run_id(stem: str, env: Mapping[str, str], pid: int, start: float | None) -> str:
+    """`<stem>-<yyyymmdd-hhmmss>-<4 hex>`: deterministic in its inputs, so ranks agree."""
+    master = f"{env.get('MASTER_ADDR', '')}:{env.get('MASTER_PORT', '')}"
+    key = f"{master}|{pid}|{start if start is None else round(start, 2)}"
+    digest = hashlib.sha1(key.encode(), usedforsecurity=False).hexdigest()[:4]
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(start if start is not None else 0))
+    return f"{stem}-{stamp}-{digest}"
