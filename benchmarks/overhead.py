@@ -1,12 +1,15 @@
 """What TraceML adds to a training step, and to a run, measured side by side in one process.
 
-Run: make bench   (or .venv/bin/python benchmarks/overhead.py [--steps N] [--rounds R])
+Run: make bench   (or .venv/bin/python benchmarks/overhead.py [--quick])
 
-1. Per step: the same tiny-MLP loop (~1 ms a step on CPU) in alternating blocks, bare (no hooks,
-   no trace_step) and traced (auto mode: DataLoader, forward, backward and optimizer hooks plus
-   trace_step). Prints median and p95 per-step time of each and the added µs.
+1. Per step: real torch steps sized to about 1 ms, 10 ms and 100 ms on this CPU, in alternating
+   blocks, bare (no hooks, no trace_step) and traced (auto mode: DataLoader, forward, backward
+   and optimizer hooks plus trace_step, the tx thread publishing). Each size runs twice: with no
+   viewer, and with a live viewer (a separate process attached through the subscriber, folding
+   every record into a RunStore as `traceml attach` does). Prints median and p95 per-step time,
+   the added µs and the ratio.
 2. Per run: `python script.py` against `traceml run --no-live script.py` on a 20-step script,
-   alternated, to show startup plus shutdown cost.
+   alternated, for TraceML's startup plus shutdown.
 """
 
 from __future__ import annotations
@@ -21,7 +24,23 @@ import time
 from pathlib import Path
 from typing import Any
 
-os.environ.setdefault("TRACEML_PUBLISH", "1")
+RUNTIME = Path(tempfile.mkdtemp(prefix="traceml-bench-"))
+RUNTIME.chmod(0o700)
+os.environ["TRACEML_RUNTIME_DIR"] = str(RUNTIME)
+os.environ["TRACEML_RUN_ID"] = f"bench-overhead-{os.getpid()}"
+
+VIEWER = """
+import sys, time
+from traceml.analysis.store import RunStore
+from traceml.transport.fold import apply_events
+from traceml.transport.runs import resolve_run
+from traceml.transport.subscriber import Subscriber
+store = RunStore()
+with Subscriber(resolve_run(sys.argv[1])) as sub:
+    print("attached", flush=True)
+    while True:
+        apply_events(store, sub.poll(100))
+"""
 
 
 def pct(values: list[float], q: float) -> float:
@@ -29,71 +48,106 @@ def pct(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-def make_loop() -> tuple[Any, Any, Any, Any]:
-    import torch
-    from torch.utils.data import DataLoader, TensorDataset
+class Loop:
+    """A tiny MLP trained on in-memory batches; `width` sets how long a step takes."""
 
-    torch.set_num_threads(1)
-    torch.manual_seed(0)
-    model = torch.nn.Sequential(
-        torch.nn.Linear(64, 128),
-        torch.nn.ReLU(),
-        torch.nn.Linear(128, 128),
-        torch.nn.ReLU(),
-        torch.nn.Linear(128, 1),
-    )
-    opt = torch.optim.SGD(model.parameters(), lr=0.01)
-    data = TensorDataset(torch.randn(64 * 64, 64), torch.randn(64 * 64, 1))
-    loader = DataLoader(data, batch_size=64)
-    return torch, model, opt, loader
+    def __init__(self, width: int) -> None:
+        import torch
+        from torch.utils.data import DataLoader, TensorDataset
 
+        torch.manual_seed(0)
+        self.torch = torch
+        self.model = torch.nn.Sequential(
+            torch.nn.Linear(64, width), torch.nn.ReLU(), torch.nn.Linear(width, width),
+            torch.nn.ReLU(), torch.nn.Linear(width, 1),
+        )
+        self.opt = torch.optim.SGD(self.model.parameters(), lr=1e-3)
+        data = TensorDataset(torch.randn(64 * 32, 64), torch.randn(64 * 32, 1))
+        self.loader = DataLoader(data, batch_size=64)
 
-def block(torch: Any, model: Any, opt: Any, loader: Any, steps: int, traced: bool) -> list[float]:
-    import traceml
+    def block(self, steps: int, traced: bool) -> list[float]:
+        import traceml
 
-    times: list[float] = []
-    it = iter(loader)
-    loss_fn = torch.nn.functional.mse_loss
-    t_prev = time.perf_counter()
-    while len(times) < steps:
-        try:
-            x, y = next(it)
-        except StopIteration:
-            it = iter(loader)
-            continue
-        if traced:
-            with traceml.trace_step(model):
+        torch, model, opt = self.torch, self.model, self.opt
+        loss_fn = torch.nn.functional.mse_loss
+        times: list[float] = []
+        it = iter(self.loader)
+        t_prev = time.perf_counter()
+        while len(times) < steps:
+            try:
+                x, y = next(it)
+            except StopIteration:
+                it = iter(self.loader)
+                continue
+            if traced:
+                with traceml.trace_step(model):
+                    opt.zero_grad(set_to_none=True)
+                    loss_fn(model(x), y).backward()
+                    opt.step()
+            else:
                 opt.zero_grad(set_to_none=True)
                 loss_fn(model(x), y).backward()
                 opt.step()
-        else:
-            opt.zero_grad(set_to_none=True)
-            loss_fn(model(x), y).backward()
-            opt.step()
-        now = time.perf_counter()
-        times.append((now - t_prev) * 1e6)
-        t_prev = now
-    return times
+            now = time.perf_counter()
+            times.append((now - t_prev) * 1e6)
+            t_prev = now
+        return times
 
 
-def per_step(steps: int, rounds: int) -> dict[str, list[float]]:
+def calibrate(target_ms: float) -> Loop:
+    """The width whose bare step takes about `target_ms` here."""
+    width = 32
+    while True:
+        loop = Loop(width)
+        loop.block(20, traced=False)
+        ms = statistics.median(loop.block(30, traced=False)) / 1000
+        if ms >= target_ms * 0.8 or width >= 16384:
+            return loop
+        width = int(width * max(1.2, min(4.0, (target_ms / ms) ** 0.5)))
+
+
+def measure(loop: Loop, session: Any, steps: int, rounds: int) -> dict[str, list[float]]:
+    out: dict[str, list[float]] = {"bare": [], "traced": []}
+    for _ in range(rounds):
+        session.hooks.remove()
+        out["bare"] += loop.block(steps, traced=False)
+        session.hooks.install_auto(loop.torch, h2d=False)
+        session.last_model_id = 0
+        out["traced"] += loop.block(steps, traced=True)
+    return out
+
+
+def start_viewer() -> subprocess.Popen[str]:
+    proc = subprocess.Popen([sys.executable, "-c", VIEWER, os.environ["TRACEML_RUN_ID"]],
+                            stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    proc.stdout.readline()
+    return proc
+
+
+def per_step(sizes: list[tuple[float, int]], rounds: int) -> list[tuple[str, dict[str, Any]]]:
+    import torch
+
     import traceml
     from traceml.api import current_session
 
-    torch, model, opt, loader = make_loop()
-    traceml.init(mode="auto", summary=Path(tempfile.mkdtemp()) / "bench_summary.json")
+    torch.set_num_threads(1)
+    traceml.init(mode="auto", summary=RUNTIME / "bench_summary.json")
     session = current_session()
     assert session is not None
-    out: dict[str, list[float]] = {"bare": [], "traced": []}
-    block(torch, model, opt, loader, 200, traced=False)  # warm up torch itself
-    for _ in range(rounds):
-        session.hooks.remove()
-        out["bare"] += block(torch, model, opt, loader, steps, traced=False)
-        session.hooks.install_auto(torch, h2d=False)
-        session.last_model_id = 0
-        out["traced"] += block(torch, model, opt, loader, steps, traced=True)
+    rows = []
+    for target_ms, steps in sizes:
+        loop = calibrate(target_ms)
+        for viewer in (False, True):
+            proc = start_viewer() if viewer else None
+            res = measure(loop, session, steps, rounds)
+            if proc is not None:
+                proc.kill()
+                proc.wait()
+            label = f"{target_ms:g} ms step" + (", viewer attached" if viewer else "")
+            rows.append((label, res))
     traceml.shutdown()
-    return out
+    return rows
 
 
 RUN_SCRIPT = """
@@ -113,25 +167,13 @@ def per_run(rounds: int) -> dict[str, list[float]]:
     script = tmp / "tiny_run.py"
     script.write_text(RUN_SCRIPT)
     bare_env = dict(os.environ, TRACEML_MODE="off")
-    env = dict(os.environ, TRACEML_RUNTIME_DIR=str(tmp / "rt"))
+    env = {k: v for k, v in os.environ.items() if k != "TRACEML_RUN_ID"}
     out: dict[str, list[float]] = {"python": [], "traceml run": []}
     for _ in range(rounds):
         for name, cmd, e in (
             ("python", [sys.executable, str(script)], bare_env),
-            (
-                "traceml run",
-                [
-                    sys.executable,
-                    "-m",
-                    "traceml",
-                    "run",
-                    "--no-live",
-                    "--summary",
-                    str(tmp / "s.json"),
-                    str(script),
-                ],
-                env,
-            ),
+            ("traceml run", [sys.executable, "-m", "traceml", "run", "--no-live",
+                             "--summary", str(tmp / "s.json"), str(script)], env),
         ):
             t0 = time.perf_counter()
             subprocess.run(cmd, env=e, cwd=tmp, check=True, capture_output=True)
@@ -139,34 +181,32 @@ def per_run(rounds: int) -> dict[str, list[float]]:
     return out
 
 
+def print_steps(rows: list[tuple[str, dict[str, Any]]], rounds: int) -> None:
+    print(f"per step: bare vs traced, {rounds} interleaved block pairs each (µs)")
+    print(f"  {'':32} {'bare med':>9} {'traced med':>10} {'added':>7} {'ratio':>6}"
+          f" {'bare p95':>9} {'traced p95':>10}")
+    for label, res in rows:
+        b, t = res["bare"], res["traced"]
+        bm, tm = statistics.median(b), statistics.median(t)
+        print(f"  {label:32} {bm:9.0f} {tm:10.0f} {tm - bm:7.1f} {tm / bm:6.3f}"
+              f" {pct(b, 0.95):9.0f} {pct(t, 0.95):10.0f}")
+    print("  target: <= 10 µs added per step at the median")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--steps", type=int, default=1000, help="steps per block")
-    ap.add_argument("--rounds", type=int, default=6, help="bare/traced block pairs")
-    ap.add_argument("--run-rounds", type=int, default=3)
+    ap.add_argument("--quick", action="store_true", help="fewer steps (noisier)")
+    ap.add_argument("--rounds", type=int, default=4)
     args = ap.parse_args()
-
-    res = per_step(args.steps, args.rounds)
-    b_med, t_med = statistics.median(res["bare"]), statistics.median(res["traced"])
-    b_p95, t_p95 = pct(res["bare"], 0.95), pct(res["traced"], 0.95)
-    print(f"per step ({args.rounds} x {args.steps} steps each, interleaved, tiny MLP on CPU)")
-    print(f"  {'':8} {'median µs':>10} {'p95 µs':>10}")
-    print(f"  {'bare':8} {b_med:10.1f} {b_p95:10.1f}")
-    print(f"  {'traced':8} {t_med:10.1f} {t_p95:10.1f}")
-    print(
-        f"  added    {t_med - b_med:10.1f} {t_p95 - b_p95:10.1f}   "
-        f"ratio {t_med / b_med:.3f}   (target: <= 10 µs added at the median)"
-    )
-
-    runs = per_run(args.run_rounds)
+    scale = 0.25 if args.quick else 1.0
+    sizes = [(1.0, int(1000 * scale)), (10.0, int(150 * scale)), (100.0, int(20 * scale))]
+    print_steps(per_step(sizes, args.rounds), args.rounds)
+    runs = per_run(2 if args.quick else 3)
     py, tr = statistics.median(runs["python"]), statistics.median(runs["traceml run"])
-    print(f"per run ({args.run_rounds} alternations, 20-step script)")
+    print("per run: 20-step script, alternated")
     print(f"  python script.py          {py:6.2f} s")
     print(f"  traceml run --no-live     {tr:6.2f} s")
-    print(
-        f"  added                     {tr - py:6.2f} s   ratio {tr / py:.2f}"
-        "   (target: < 1.5 s added)"
-    )
+    print(f"  added                     {tr - py:6.2f} s   ratio {tr / py:.2f}   (target: < 1.5 s)")
 
 
 if __name__ == "__main__":

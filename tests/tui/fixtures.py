@@ -15,11 +15,11 @@ from typing import Any
 from textual.app import App
 from textual.pilot import Pilot
 from textual.screen import Screen
-from traceml_tui.snapshot import Snapshot, from_store
 
 from traceml.analysis.store import RunStore
 from traceml.analysis.summary import build_summary
 from traceml.records import PHASES, RankEnd, RankInfo, StepRecord, SystemSample
+from traceml_tui.snapshot import Snapshot, from_store
 
 T0 = 1_700_000_000.0
 """Epoch seconds at which every canned run starts."""

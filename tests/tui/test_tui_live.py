@@ -14,16 +14,16 @@ from pathlib import Path
 
 import pytest
 from fixtures import RUN_ID, CannedRun, info, record, sample, summary_of, until
-from traceml_tui.app import TraceMLApp
-from traceml_tui.snapshot import Snapshot
-from traceml_tui.source import SubscriberSource, open_run
-from traceml_tui.widgets.header import RunHeader
 
 from traceml.analysis.summary import write_summary
 from traceml.config import Settings
 from traceml.errors import RunNotFoundError
 from traceml.records import RankEnd, StepRecord
 from traceml.transport.publisher import Publisher
+from traceml_tui.app import TraceMLApp
+from traceml_tui.snapshot import Snapshot
+from traceml_tui.source import SubscriberSource, open_run
+from traceml_tui.widgets.header import RunHeader
 
 SIZE = (120, 40)
 

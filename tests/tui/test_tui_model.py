@@ -7,6 +7,10 @@ from pathlib import Path
 
 import pytest
 from fixtures import CannedRun, CannedSource, fill, finished_store, snapshot_of, summary_of
+
+from traceml.analysis.store import RunStore
+from traceml.errors import TransportError
+from traceml.records import RankEnd
 from traceml_tui import feed as feed_module
 from traceml_tui.feed import Feed
 from traceml_tui.format import clock, signed_pct
@@ -14,10 +18,6 @@ from traceml_tui.snapshot import Snapshot, from_store, no_steps_text, run_state
 from traceml_tui.summary_snapshot import from_summary
 from traceml_tui.widgets.log_panel import LogTail, clean
 from traceml_tui.widgets.phase_bars import segments
-
-from traceml.analysis.store import RunStore
-from traceml.errors import TransportError
-from traceml.records import RankEnd
 
 
 def with_states(snap: Snapshot, **states: str) -> Snapshot:

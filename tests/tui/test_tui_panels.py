@@ -8,6 +8,9 @@ from pathlib import Path
 from fixtures import T0, CannedRun, CannedSource, fill, snapshot_of, summary_of, until
 from textual.coordinate import Coordinate
 from textual.widgets import DataTable, Sparkline, Static
+
+from traceml.errors import TransportError
+from traceml.records import RankEnd, SystemSample
 from traceml_tui.app import TraceMLApp
 from traceml_tui.screens.main import MainScreen
 from traceml_tui.summary_snapshot import from_summary
@@ -17,9 +20,6 @@ from traceml_tui.widgets.memory import MemoryPanel
 from traceml_tui.widgets.phase_bars import PhaseBars
 from traceml_tui.widgets.rank_table import RankTable
 from traceml_tui.widgets.system import SystemPanel
-
-from traceml.errors import TransportError
-from traceml.records import RankEnd, SystemSample
 
 SIZE = (120, 40)
 

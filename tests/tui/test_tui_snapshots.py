@@ -6,6 +6,7 @@ from typing import Any
 
 from fixtures import snapshot_of, until
 from textual.pilot import Pilot
+
 from traceml_tui.app import TraceMLApp
 
 
