@@ -58,8 +58,11 @@ class Loop:
         torch.manual_seed(0)
         self.torch = torch
         self.model = torch.nn.Sequential(
-            torch.nn.Linear(64, width), torch.nn.ReLU(), torch.nn.Linear(width, width),
-            torch.nn.ReLU(), torch.nn.Linear(width, 1),
+            torch.nn.Linear(64, width),
+            torch.nn.ReLU(),
+            torch.nn.Linear(width, width),
+            torch.nn.ReLU(),
+            torch.nn.Linear(width, 1),
         )
         self.opt = torch.optim.SGD(self.model.parameters(), lr=1e-3)
         data = TensorDataset(torch.randn(64 * 32, 64), torch.randn(64 * 32, 1))
@@ -118,8 +121,11 @@ def measure(loop: Loop, session: Any, steps: int, rounds: int) -> dict[str, list
 
 
 def start_viewer() -> subprocess.Popen[str]:
-    proc = subprocess.Popen([sys.executable, "-c", VIEWER, os.environ["TRACEML_RUN_ID"]],
-                            stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", VIEWER, os.environ["TRACEML_RUN_ID"]],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     assert proc.stdout is not None
     proc.stdout.readline()
     return proc
@@ -172,8 +178,20 @@ def per_run(rounds: int) -> dict[str, list[float]]:
     for _ in range(rounds):
         for name, cmd, e in (
             ("python", [sys.executable, str(script)], bare_env),
-            ("traceml run", [sys.executable, "-m", "traceml", "run", "--no-live",
-                             "--summary", str(tmp / "s.json"), str(script)], env),
+            (
+                "traceml run",
+                [
+                    sys.executable,
+                    "-m",
+                    "traceml",
+                    "run",
+                    "--no-live",
+                    "--summary",
+                    str(tmp / "s.json"),
+                    str(script),
+                ],
+                env,
+            ),
         ):
             t0 = time.perf_counter()
             subprocess.run(cmd, env=e, cwd=tmp, check=True, capture_output=True)
@@ -183,13 +201,17 @@ def per_run(rounds: int) -> dict[str, list[float]]:
 
 def print_steps(rows: list[tuple[str, dict[str, Any]]], rounds: int) -> None:
     print(f"per step: bare vs traced, {rounds} interleaved block pairs each (µs)")
-    print(f"  {'':32} {'bare med':>9} {'traced med':>10} {'added':>7} {'ratio':>6}"
-          f" {'bare p95':>9} {'traced p95':>10}")
+    print(
+        f"  {'':32} {'bare med':>9} {'traced med':>10} {'added':>7} {'ratio':>6}"
+        f" {'bare p95':>9} {'traced p95':>10}"
+    )
     for label, res in rows:
         b, t = res["bare"], res["traced"]
         bm, tm = statistics.median(b), statistics.median(t)
-        print(f"  {label:32} {bm:9.0f} {tm:10.0f} {tm - bm:7.1f} {tm / bm:6.3f}"
-              f" {pct(b, 0.95):9.0f} {pct(t, 0.95):10.0f}")
+        print(
+            f"  {label:32} {bm:9.0f} {tm:10.0f} {tm - bm:7.1f} {tm / bm:6.3f}"
+            f" {pct(b, 0.95):9.0f} {pct(t, 0.95):10.0f}"
+        )
     print("  target: <= 10 µs added per step at the median")
 
 

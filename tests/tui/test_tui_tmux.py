@@ -46,6 +46,8 @@ for step, (x, y) in enumerate(DataLoader(Slow(), batch_size=32)):
     if step % 50 == 0:
         print(f"train step {step}", flush=True)
 """
+
+
 class Tmux:
     """One tmux server of our own (its own socket), so no user session is touched."""
 

@@ -97,8 +97,10 @@ def test_rank_findings_come_with_step_findings() -> None:
 
 def test_a_straggler_wins_a_severity_tie_with_the_step_finding_it_causes() -> None:
     # Two ranks: the median of their data shares is input-bound only because rank 1 is slow.
-    v = view(rank(0, dataloader=0.02, forward=0.1, backward=0.8),
-             rank(1, dataloader=0.7, forward=0.1, backward=0.15))
+    v = view(
+        rank(0, dataloader=0.02, forward=0.1, backward=0.8),
+        rank(1, dataloader=0.7, forward=0.1, backward=0.15),
+    )
     diag = diagnose(v)
     assert diag.step.severity == diag.ranks[0].severity == "critical"
     assert diag.primary.kind == "INPUT_STRAGGLER"
