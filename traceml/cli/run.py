@@ -33,6 +33,13 @@ def add_parser(sub: Any) -> None:
         "--nproc-per-node", type=int, default=0, metavar="N", help="launch N ranks through torchrun"
     )
     p.add_argument("--run-id", help="force the run id (default: derived)")
+    p.add_argument(
+        "--listen",
+        choices=("ipc", "tcp"),
+        default=None,
+        help="ipc in the private runtime dir (default), or tcp on 127.0.0.1 with CURVE",
+    )
+    p.add_argument("--insecure", action="store_true", help="allow tcp without CURVE")
     p.add_argument("script", help="the training script")
     p.add_argument("args", nargs=argparse.REMAINDER, help="arguments for the script")
 
@@ -95,6 +102,10 @@ def child_env(run_id: str, summary: Path, args: argparse.Namespace, live: bool) 
     )
     if live:
         env["PYTHONUNBUFFERED"] = "1"  # the log panel shows output as the script prints it
+    if args.listen:
+        env["TRACEML_LISTEN"] = args.listen
+    if args.insecure:
+        env["TRACEML_INSECURE"] = "1"
     return env
 
 
