@@ -135,3 +135,25 @@ def test_mode_off_is_a_no_op(session_env: Path, monkeypatch: pytest.MonkeyPatch)
         pass
     assert torch_state() == before
     assert not session_env.exists()
+
+
+def test_hooked_model_can_be_saved_and_copied(session_env: Path) -> None:
+    import copy
+    import io
+
+    model = torch.nn.Linear(8, 1)
+    traceml.init(mode="auto", summary=session_env)
+    loop(model, 3)
+    buf = io.BytesIO()
+    torch.save(model, buf)  # whole-model checkpoints must keep working under TraceML
+    buf.seek(0)
+    restored = torch.load(buf, weights_only=False)
+    ema = copy.deepcopy(model)
+    session = api.current_session()
+    assert session is not None
+    before = session.timer.seen
+    timer_acc = list(session.timer._acc)
+    restored(torch.randn(2, 8))
+    ema(torch.randn(2, 8))
+    assert session.timer._acc == timer_acc, "a copy of the model is not timed as the model"
+    assert session.timer.seen == before

@@ -20,6 +20,33 @@ MAX_MODELS = 8
 OnError = Callable[[BaseException], None]
 
 
+class ForwardMark:
+    """A forward (pre-)hook that marks the forward phase on the timer.
+
+    It lives inside the user's module, so it must survive what users do to modules:
+    `torch.save(model)` and `copy.deepcopy(model)` (EMA copies) reduce it to an inert mark, so
+    the pickle holds no timer and a copy of the model is never timed as the trained one.
+    """
+
+    __slots__ = ("_begin", "_timer")
+
+    def __init__(self, timer: StepTimer | None, begin: bool) -> None:
+        self._timer = timer
+        self._begin = begin
+
+    def __call__(self, _module: Any, *_args: Any) -> None:
+        timer = self._timer
+        if timer is None:
+            return
+        if self._begin:
+            timer.begin(FORWARD)
+        else:
+            timer.end(FORWARD)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (ForwardMark, (None, self._begin))
+
+
 class Hooks:
     """Installs timing hooks around torch and remembers how to take each one away."""
 
@@ -128,17 +155,9 @@ class Hooks:
         self._forget_dead()
         if len(self._models) >= MAX_MODELS:
             return
-        timer = self._timer
-
-        def pre(_m: Any, _inputs: Any) -> None:
-            timer.begin(FORWARD)
-
-        def post(_m: Any, _inputs: Any, _output: Any) -> None:
-            timer.end(FORWARD)
-
         handles = [
-            model.register_forward_pre_hook(pre),
-            model.register_forward_hook(post, always_call=True),
+            model.register_forward_pre_hook(ForwardMark(self._timer, begin=True)),
+            model.register_forward_hook(ForwardMark(self._timer, begin=False), always_call=True),
         ]
         self._models[key] = (weakref.ref(model), handles)
 
