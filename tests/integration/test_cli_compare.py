@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from traceml.analysis.schema import validate_summary
+from tests.summaries import valid_summary
 from traceml.analysis.store import RunStore
 from traceml.analysis.summary import build_summary, load_summary, write_summary
 from traceml.records import RankInfo, StepRecord
@@ -48,19 +48,7 @@ def make_summary(
         store.add_steps(
             [StepRecord(r, s, 0.0, step_ms, phases, host_rss_mb=rss) for s in range(steps)]
         )
-    summary = build_summary(
-        store,
-        run_id=f"run-{ranks}",
-        script="train.py",
-        argv=[],
-        started=1_700_000_000.0,
-        duration_s=5.0,
-        exit="ok",
-        device="cpu",
-        torch_version="2.13.0",
-    )
-    validate_summary(summary)
-    return summary
+    return valid_summary(store, run_id=f"run-{ranks}")
 
 
 def put(tmp_path: Path, name: str, phases: tuple[float | None, ...], **kw: Any) -> Path:

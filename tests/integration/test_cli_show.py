@@ -10,9 +10,10 @@ from typing import Any
 
 import pytest
 
+from tests.summaries import valid_summary
 from traceml.analysis.schema import validate_summary
 from traceml.analysis.store import RunStore
-from traceml.analysis.summary import build_summary, write_summary
+from traceml.analysis.summary import write_summary
 from traceml.records import RankInfo, StepRecord
 
 
@@ -34,19 +35,7 @@ def make_summary(ranks: int = 1) -> dict[str, Any]:
         store.add_steps(
             [StepRecord(r, s, 0.0, 100.0, phases, host_rss_mb=300.0) for s in range(60)]
         )
-    summary = build_summary(
-        store,
-        run_id="cli-run",
-        script="train.py",
-        argv=["--epochs", "1"],
-        started=1_700_000_000.0,
-        duration_s=5.0,
-        exit="ok",
-        device="cpu",
-        torch_version="2.13.0",
-    )
-    validate_summary(summary)
-    return summary
+    return valid_summary(store, run_id="cli-run", argv=["--epochs", "1"])
 
 
 @pytest.fixture

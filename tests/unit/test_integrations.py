@@ -17,9 +17,9 @@ from typing import Any
 
 import pytest
 
-from traceml.analysis.schema import validate_summary
+from tests.summaries import valid_summary
 from traceml.analysis.store import RunStore
-from traceml.analysis.summary import build_summary, load_summary, write_summary
+from traceml.analysis.summary import load_summary, write_summary
 from traceml.errors import SchemaError
 from traceml.integrations import IntegrationError, StepBoundary, flatten_summary, log_summary
 from traceml.records import RankInfo, StepRecord
@@ -32,19 +32,7 @@ def make_summary() -> dict[str, Any]:
     store = RunStore()
     store.add_info(RankInfo("int-run", 0, host="h", script="train.py"))
     store.add_steps([StepRecord(0, s, 0.0, 100.0, PHASES, host_rss_mb=300.0) for s in range(50)])
-    summary = build_summary(
-        store,
-        run_id="int-run",
-        script="train.py",
-        argv=["--lr", "1"],
-        started=1_700_000_000.0,
-        duration_s=5.0,
-        exit="ok",
-        device="cpu",
-        torch_version="2.13.0",
-    )
-    validate_summary(summary)
-    return summary
+    return valid_summary(store, run_id="int-run", argv=["--lr", "1"])
 
 
 @pytest.fixture

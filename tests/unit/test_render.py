@@ -6,10 +6,9 @@ from typing import Any
 
 import pytest
 
+from tests.summaries import valid_summary
 from traceml.analysis.render import MAX_RANK_ROWS, render_card, render_progress
-from traceml.analysis.schema import validate_summary
 from traceml.analysis.store import RunStore
-from traceml.analysis.summary import build_summary
 from traceml.records import RankInfo, StepRecord
 
 PHASES_MS = (30.0, 2.0, 30.0, 30.0, 5.0, None, 3.0)
@@ -29,19 +28,7 @@ def store_of(ranks: int = 1, steps: int = 100, slow: int | None = None) -> RunSt
 
 
 def summary_of(store: RunStore) -> dict[str, Any]:
-    s = build_summary(
-        store,
-        run_id="run-x",
-        script="train.py",
-        argv=[],
-        started=1_700_000_000.0,
-        duration_s=83.0,
-        exit="ok",
-        device="cpu",
-        torch_version=None,
-    )
-    validate_summary(s)
-    return s
+    return valid_summary(store, run_id="run-x", duration_s=83.0, torch_version=None)
 
 
 def test_card_puts_the_diagnosis_first() -> None:
