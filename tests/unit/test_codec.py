@@ -108,3 +108,26 @@ def test_non_finite_numbers_take_the_slow_path(bad: float) -> None:
 def test_malformed_step_bodies_raise_schema_error(body: bytes) -> None:
     with pytest.raises(SchemaError):
         decode_steps(body)
+
+
+@pytest.mark.parametrize(
+    ("topic", "ok"),
+    [
+        (b"", True),
+        (b"rec", True),
+        (b"rec.", True),
+        (b"rec.12", True),
+        (b"hb.0", True),
+        (b"evt.3", True),
+        (b"sys", True),
+        (b"x", False),
+        (b"rec.12a", False),
+        (b"rec.123456789", False),
+        (b"recx", False),
+        (b"\x00" * 100, False),
+    ],
+)
+def test_only_real_topics_may_be_subscribed(topic: bytes, ok: bool) -> None:
+    from traceml.transport.channels import is_topic_prefix
+
+    assert is_topic_prefix(topic) is ok

@@ -7,6 +7,7 @@ bounded batches. These sockets must never be used from another thread or after f
 
 from __future__ import annotations
 
+import re
 from typing import Literal
 
 import zmq
@@ -72,6 +73,9 @@ class Channels:
         self.pub.setsockopt(zmq.SNDHWM, PUB_SNDHWM)
         self.pub.setsockopt(zmq.XPUB_NODROP, 1)
         self.pub.setsockopt(zmq.XPUB_VERBOSER, 1)
+        # Manual: a subscription takes effect only when `apply_subscription` accepts it, so a
+        # peer cannot grow libzmq's subscription trie in the job with random topics.
+        self.pub.setsockopt(zmq.XPUB_MANUAL, 1)
         self.pub.setsockopt(zmq.XPUB_WELCOME_MSG, WELCOME)
         self.ctl.setsockopt(zmq.SNDHWM, CTL_SNDHWM)
         self.ctl.setsockopt(zmq.ROUTER_MANDATORY, 1)
@@ -99,6 +103,16 @@ class Channels:
         finally:
             self.pub.setsockopt(zmq.XPUB_NODROP, 1)
         return False
+
+    def apply_subscription(self, msg: bytes) -> bool:
+        """Apply the (un)subscription `msg` just read from the XPUB if it names a real topic
+        (everything, or a kind, or a kind and a rank); False, and nothing applied, otherwise."""
+        topic = msg[1:]
+        if not is_topic_prefix(topic):
+            return False
+        option = zmq.SUBSCRIBE if msg[:1] == b"\x01" else zmq.UNSUBSCRIBE
+        self.pub.setsockopt(option, topic)
+        return True
 
     def caught_up(self) -> None:
         """A viewer re-synced or left: stop counting frames as dropped."""
@@ -129,6 +143,14 @@ class Channels:
         for sock in (self.pub, self.ctl):
             if not sock.closed:
                 sock.close(linger=0)
+
+
+_TOPIC_PREFIX = re.compile(rb"(?:(?:rec|sys|hb|evt)(?:\.[0-9]{0,7})?)?")
+
+
+def is_topic_prefix(topic: bytes) -> bool:
+    """True for b"", b"rec", b"rec.", b"rec.12" and the like: what a viewer may subscribe to."""
+    return _TOPIC_PREFIX.fullmatch(topic) is not None
 
 
 def _recv(sock: zmq.Socket[bytes]) -> list[bytes] | None:

@@ -301,6 +301,8 @@ class Publisher:
                 return
             if len(msg) != 1 or msg[0][:1] not in (b"\x00", b"\x01"):
                 self.stats.rejected += 1
+            elif not self._ch.apply_subscription(msg[0]):
+                self.stats.rejected += 1
             elif msg[0][:1] == b"\x01":
                 self.stats.subscriptions += 1
             else:
