@@ -35,7 +35,7 @@ def free_port() -> int:
 
 
 def finding(summary: dict[str, Any], kind: str) -> dict[str, Any]:
-    found = [f for f in summary["findings"] if f["kind"] == kind]
+    found: list[dict[str, Any]] = [f for f in summary["findings"] if f["kind"] == kind]
     assert found, f"no {kind} in {[f['kind'] for f in summary['findings']]}"
     return found[0]
 

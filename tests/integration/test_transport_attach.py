@@ -6,9 +6,8 @@ import json
 import time
 from pathlib import Path
 
-from _publisher_proc import TxLoop, make_info, make_step
-from _transport_helpers import Seen, attach, poll_until, wait_for
-
+from tests.integration._publisher_proc import TxLoop, make_info, make_step
+from tests.integration._transport_helpers import Seen, attach, poll_until, wait_for
 from traceml.config import Settings
 from traceml.records import RankEnd
 from traceml.transport.events import EndEvent, GapEvent, HeartbeatEvent, InfoEvent

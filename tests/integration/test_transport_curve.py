@@ -7,9 +7,9 @@ import stat
 from pathlib import Path
 
 import zmq
-from _publisher_proc import TxLoop, make_info
-from _transport_helpers import Seen, attach, poll_until
 
+from tests.integration._publisher_proc import TxLoop, make_info
+from tests.integration._transport_helpers import Seen, attach, poll_until
 from traceml.config import Settings
 from traceml.transport.codec import WELCOME
 from traceml.transport.control import Request

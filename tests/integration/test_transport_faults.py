@@ -14,9 +14,15 @@ from pathlib import Path
 
 import pytest
 import zmq
-from _publisher_proc import TxLoop, make_info, make_step
-from _transport_helpers import Seen, attach, poll_until, publisher_process, wait_for
 
+from tests.integration._publisher_proc import TxLoop, make_info, make_step
+from tests.integration._transport_helpers import (
+    Seen,
+    attach,
+    poll_until,
+    publisher_process,
+    wait_for,
+)
 from traceml.config import Settings
 from traceml.errors import TransportError
 from traceml.records import RankEnd, StepRecord

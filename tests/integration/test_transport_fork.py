@@ -9,9 +9,8 @@ import os
 import time
 from pathlib import Path
 
-from _publisher_proc import TxLoop, make_info, make_step
-from _transport_helpers import Seen, attach, poll_until
-
+from tests.integration._publisher_proc import TxLoop, make_info, make_step
+from tests.integration._transport_helpers import Seen, attach, poll_until
 from traceml.config import Settings
 from traceml.errors import TransportError
 from traceml.records import RankEnd, SystemSample

@@ -7,9 +7,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from fixtures import CannedRun
-from test_tui_live import start_ranks
 
+from tests.tui.fixtures import CannedRun
+from tests.tui.test_tui_live import start_ranks
 from traceml.cli.main import main
 
 

@@ -8,8 +8,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from fixtures import CannedSource, screen_of, until
 
+from tests.tui.fixtures import CannedSource, screen_of, until
 from traceml_tui.app import TraceMLApp
 from traceml_tui.screens.confirm_quit import ConfirmQuit
 from traceml_tui.widgets.header import RunHeader

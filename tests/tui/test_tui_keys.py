@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from fixtures import CannedRun, CannedSource, fill, screen_of, snapshot_of, until
 from textual.widgets import DataTable, Input
 
+from tests.tui.fixtures import CannedRun, CannedSource, fill, screen_of, snapshot_of, until
 from traceml_tui.app import TraceMLApp
 from traceml_tui.screens.focus_rank import FocusRank
 from traceml_tui.screens.help import HelpScreen

@@ -13,8 +13,8 @@ import time
 from pathlib import Path
 
 import pytest
-from fixtures import RUN_ID, CannedRun, info, record, sample, summary_of, until
 
+from tests.tui.fixtures import RUN_ID, CannedRun, info, record, sample, summary_of, until
 from traceml.analysis.summary import write_summary
 from traceml.config import Settings
 from traceml.errors import RunNotFoundError

@@ -6,8 +6,15 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from fixtures import CannedRun, CannedSource, fill, finished_store, snapshot_of, summary_of
 
+from tests.tui.fixtures import (
+    CannedRun,
+    CannedSource,
+    fill,
+    finished_store,
+    snapshot_of,
+    summary_of,
+)
 from traceml.analysis.store import RunStore
 from traceml.errors import TransportError
 from traceml.records import RankEnd

@@ -5,10 +5,10 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
-from fixtures import T0, CannedRun, CannedSource, fill, snapshot_of, summary_of, until
 from textual.coordinate import Coordinate
 from textual.widgets import DataTable, Sparkline, Static
 
+from tests.tui.fixtures import T0, CannedRun, CannedSource, fill, snapshot_of, summary_of, until
 from traceml.errors import TransportError
 from traceml.records import RankEnd, SystemSample
 from traceml_tui.app import TraceMLApp

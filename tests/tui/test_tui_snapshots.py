@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from fixtures import snapshot_of, until
 from textual.pilot import Pilot
 
+from tests.tui.fixtures import snapshot_of, until
 from traceml_tui.app import TraceMLApp
 
 

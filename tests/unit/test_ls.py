@@ -10,8 +10,8 @@ import time
 from pathlib import Path
 
 import pytest
-from _runfiles import dead_pid, write_run
 
+from tests.unit._runfiles import dead_pid, write_run
 from traceml.cli.ls import format_age
 from traceml.cli.main import main
 

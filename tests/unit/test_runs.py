@@ -7,8 +7,8 @@ import socket
 from pathlib import Path
 
 import pytest
-from _runfiles import NOW, dead_pid, write_run
 
+from tests.unit._runfiles import NOW, dead_pid, write_run
 from traceml.errors import RunNotFoundError
 from traceml.transport.runs import list_runs, prune_runs, resolve_run
 
