@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 TORCH_SPEC ?= torch==2.13.0
 
-.PHONY: install test lint check format demo bench snapshots tui example clean
+.PHONY: install test lint check format demo bench bench-quick snapshots tui example clean
 
 install: $(BIN)/traceml
 
@@ -37,6 +37,15 @@ example: demo
 
 bench: install
 	$(BIN)/python benchmarks/overhead.py
+	$(BIN)/python benchmarks/transport.py
+	$(BIN)/python benchmarks/viewer.py
+	$(BIN)/python benchmarks/distributed.py
+
+bench-quick: install
+	$(BIN)/python benchmarks/overhead.py --quick
+	$(BIN)/python benchmarks/transport.py --quick
+	$(BIN)/python benchmarks/viewer.py --quick
+	$(BIN)/python benchmarks/distributed.py --quick
 
 snapshots: install
 	$(BIN)/pytest tests/tui --snapshot-update

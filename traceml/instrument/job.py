@@ -36,7 +36,10 @@ SETTLE_S = 1.0
 rank on this host whose process is gone is not waited for). Shutdown as a whole has 2 s."""
 DEAD_AFTER_S = 2.0
 PENDING_MAX = 20_000
-"""Records a rank keeps while the collector is not found yet; older ones are dropped (counted)."""
+"""Records a rank keeps for the collector (while it is not found yet, and between flushes);
+older ones are dropped."""
+FLUSH_S = 0.25
+"""Records go to the collector in batches this far apart: rank 0 decodes frames, not records."""
 
 
 def store_key(incarnation: int) -> str:
@@ -119,6 +122,7 @@ class JobLink:
         self._call: StoreCall | None = None
         self._pending: deque[StepRecord] = deque(maxlen=PENDING_MAX)
         self._last_hb = 0.0
+        self._last_flush = 0.0
         self._gave_up = False
 
     @property
@@ -133,9 +137,7 @@ class JobLink:
             self._start_lookup()
 
     def send_steps(self, records: list[StepRecord]) -> None:
-        if self._feed is not None:
-            self._feed.send_steps(records)
-        elif not self.is_collector:
+        if not self.is_collector:
             self._pending.extend(records)
 
     def send_system(self, sample: SystemSample) -> None:
@@ -148,13 +150,24 @@ class JobLink:
             return
         if self._feed is None:
             self._try_connect()
-        elif now - self._last_hb >= HEARTBEAT_S:
+            return
+        if now - self._last_flush >= FLUSH_S:
+            self._flush(now)
+        if now - self._last_hb >= HEARTBEAT_S:
             self._last_hb = now
             body = {"last_step": last_step, "dropped": dropped, "primary": primary}
             self._feed.heartbeat(body | {"pid": os.getpid()})
 
+    def _flush(self, now: float) -> None:
+        """Push what accumulated as a few big frames: the collector's cost is per frame."""
+        self._last_flush = now
+        if self._feed is not None and self._pending:
+            self._feed.send_steps(list(self._pending))
+            self._pending.clear()
+
     def close(self, end: RankEnd, summary_path: Any) -> None:
         if self._feed is not None:
+            self._flush(time.time())
             self._feed.send_end(end)
             self._feed.close()
             self._feed = None
@@ -245,10 +258,8 @@ class JobLink:
         feed = CollectorFeed(call.result, self.info)
         feed.open()
         feed.hello()
-        if self._pending:
-            feed.send_steps(list(self._pending))
-            self._pending.clear()
         self._feed = feed
+        self._flush(time.time())
 
 
 def _local_pid_gone(store: Any, rank: int) -> bool:

@@ -299,9 +299,8 @@ class Publisher:
             msg = self._ch.read_pub()
             if msg is None:
                 return
-            if len(msg) != 1 or msg[0][:1] not in (b"\x00", b"\x01"):
-                self.stats.rejected += 1
-            elif not self._ch.apply_subscription(msg[0]):
+            well_formed = len(msg) == 1 and msg[0][:1] in (b"\x00", b"\x01")
+            if not well_formed or not self._ch.apply_subscription(msg[0]):
                 self.stats.rejected += 1
             elif msg[0][:1] == b"\x01":
                 self.stats.subscriptions += 1

@@ -51,8 +51,9 @@ Handler = Callable[[Header, bytes, float], list[Event]]
 
 
 def _connect(ctx: zmq.Context[zmq.Socket[bytes]], rank: RankFile) -> list[zmq.Socket[bytes]]:
-    socks = [ctx.socket(zmq.SUB), ctx.socket(zmq.DEALER)]
+    socks: list[zmq.Socket[bytes]] = []
     try:
+        socks += [ctx.socket(zmq.SUB), ctx.socket(zmq.DEALER)]
         for sock, name in zip(socks, ("pub", "ctl"), strict=True):
             sock.setsockopt(zmq.LINGER, 0)
             sock.setsockopt(zmq.RCVHWM, SUB_RCVHWM if name == "pub" else DEALER_RCVHWM)
@@ -67,7 +68,9 @@ def _connect(ctx: zmq.Context[zmq.Socket[bytes]], rank: RankFile) -> list[zmq.So
             sock.close(linger=0)
         if isinstance(e, TransportError):
             raise
-        raise TransportError(f"cannot connect to rank {rank.rank}: {e}") from e
+        raise TransportError(
+            f"cannot connect to rank {rank.rank}: {e} (raise `ulimit -n` for a job this large)"
+        ) from e
     return socks
 
 

@@ -30,6 +30,18 @@ RESCAN_S = 1.0
 _RANK_FILE = re.compile(r"rank-(\d+)\.json")
 
 
+def raise_fd_limit() -> None:
+    """Lift this process's soft limit on open files to the hard limit (viewers of big jobs)."""
+    try:
+        import resource
+
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        if soft != hard:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    except (ImportError, ValueError, OSError):
+        pass
+
+
 class Subscriber:
     """Connections to every rank of `run` on this host; context-managed, close() idempotent."""
 
@@ -38,6 +50,10 @@ class Subscriber:
         self.run = run
         try:
             self._ctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
+            # Two sockets per rank: libzmq's default of 1,023 per context caps a viewer at 511
+            # ranks; the fds they need are raised to the hard limit once per process.
+            self._ctx.set(zmq.MAX_SOCKETS, max(1024, 2 * len(run.ranks) + 64))
+            raise_fd_limit()
         except zmq.ZMQError as e:
             raise TransportError(f"cannot start ZeroMQ: {e.strerror}") from e
         self._poller = zmq.Poller()
