@@ -43,7 +43,7 @@ bench: install
 
 bench-quick: install
 	$(BIN)/python benchmarks/overhead.py --quick
-	$(BIN)/python benchmarks/transport.py --quick
+	$(BIN)/python benchmarks/transport.py --steps 10000 --snapshot 20000 --seconds 1
 	$(BIN)/python benchmarks/viewer.py --quick
 	$(BIN)/python benchmarks/distributed.py --quick
 
