@@ -8,8 +8,10 @@ is a no-op costing nanoseconds.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 import threading
+from collections.abc import Mapping, MutableMapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -28,6 +30,11 @@ _by_run = False
 """True when `traceml run` started TraceML before the script: the script's own init is expected."""
 _lock = threading.Lock()
 _NULL: contextlib.nullcontext[None] = contextlib.nullcontext()
+
+OWNER_ENV = "TRACEML_RUN_OWNER"
+"""`<pid>:<rank>:<fingerprint of IDENTITY_ENV>` of the process that took that identity."""
+IDENTITY_ENV = ("TRACEML_RUN_ID", "TRACEML_SUMMARY", "TRACEML_LAUNCHER", "TRACEML_PROGRESS")
+"""What `traceml run` (or the user) hands one process of each rank: its run id and summary path."""
 
 
 class StepContext:
@@ -86,6 +93,7 @@ def init(
         ConfigError: for a mode that does not exist.
     """
     global _session, _tried
+    _claim_identity(os.environ, os.getpid())
     settings = settings_from_env(mode)
     if summary is not None:
         settings = _replace(settings, summary_path=Path(summary))
@@ -104,6 +112,29 @@ def init(
         if settings.mode == "off":
             return
         _session = _start(settings)
+
+
+def _claim_identity(env: MutableMapping[str, str], pid: int) -> None:
+    """Keep the run identity in the environment only if no other process of this rank took it.
+
+    A process that the script starts with its own environment (an evaluation job, a second
+    `python -c "traceml.init()"`) inherits the script's run id and summary path; using them
+    would make it bind over the script's rank and write over its summary, so it drops them and
+    starts a run of its own. Other ranks (another RANK), and processes handed a new identity
+    (a nested `traceml run`), keep theirs.
+    """
+    owner_pid, _, owned = env.get(OWNER_ENV, "").partition(":")
+    if owned == _identity(env) and owner_pid != str(pid):
+        for key in IDENTITY_ENV:
+            env.pop(key, None)
+    env[OWNER_ENV] = f"{pid}:{_identity(env)}"
+
+
+def _identity(env: Mapping[str, str]) -> str:
+    """`<rank>:<digest of the identity variables>`, comparable across processes."""
+    values = "\0".join(env.get(key, "") for key in IDENTITY_ENV)
+    digest = hashlib.sha1(values.encode(), usedforsecurity=False).hexdigest()[:12]
+    return f"{env.get('RANK', '0')}:{digest}"
 
 
 def _replace(settings: Any, **changes: Any) -> Any:

@@ -1,20 +1,25 @@
 """The end of a rank: build final_summary.json from the store and write it where it belongs.
 
-Runs on the tx thread after the last drain. A summary that cannot be written where asked is
-written to the run's private dir instead, and the user is told both paths: nothing is lost.
+Runs on the tx thread after the last drain. A summary that cannot be written where asked (folder
+gone or read-only, disk full) is written to the run's private dir instead, and one line on stderr
+says where; if even that fails, the summary is printed on stderr: it is never lost. Nothing here
+raises for a write that fails.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
 from traceml.config import Settings
 from traceml.errors import TraceMLError
 from traceml.records import RankEnd, RankInfo
+
+FALLBACK_NAME = "final_summary.fallback.json"
+"""Kept apart from `<run dir>/final_summary.json`, the link the publisher points at the summary."""
 
 
 def summary_path_for(settings: Settings, run_id: str) -> Path:
@@ -24,15 +29,17 @@ def summary_path_for(settings: Settings, run_id: str) -> Path:
     return Path.cwd() / "traceml-runs" / run_id / "final_summary.json"
 
 
-def fallback_path(run_id: str) -> Path:
-    base = Path(tempfile.gettempdir()) / f"traceml-{os.getuid()}" / "summaries" / run_id
-    return base / "final_summary.json"
+def fallback_path(settings: Settings, run_id: str) -> Path:
+    """The run's private dir (0700, under TRACEML_RUNTIME_DIR or /tmp/traceml-<uid>)."""
+    from traceml.transport.rundir import RunDir, resolve_runtime_dir
+
+    return RunDir(resolve_runtime_dir(settings.runtime_dir), run_id).path / FALLBACK_NAME
 
 
 def write_rank_summary(settings: Settings, info: RankInfo, store: Any, end: RankEnd) -> Path | None:
     """Build and write the summary if this rank owns it (rank 0); return where it went."""
     from traceml.analysis.render import render_card
-    from traceml.analysis.summary import build_summary, write_summary
+    from traceml.analysis.summary import build_summary
 
     if info.rank != 0:
         return None
@@ -47,13 +54,32 @@ def write_rank_summary(settings: Settings, info: RankInfo, store: Any, end: Rank
         device=info.device,
         torch_version=info.torch_version,
     )
-    target = summary_path_for(settings, info.run_id)
-    try:
-        path = write_summary(summary, target)
-    except TraceMLError as err:
-        path = write_summary(summary, fallback_path(info.run_id))
-        print(f"traceml: {err.msg}; wrote the summary to {path} instead", file=sys.stderr)
-    if os.environ.get("TRACEML_LAUNCHER") != "1":
-        print(render_card(summary), file=sys.stderr)
+    path, trouble = _write_somewhere(settings, info.run_id, summary)
+    if trouble is None and os.environ.get("TRACEML_LAUNCHER") == "1":
+        return path  # the launcher prints the card from the path it asked for
+    print(render_card(summary), file=sys.stderr)
+    if trouble is None:
         print(f"traceml: summary written to {path}", file=sys.stderr)
+    else:
+        print(f"traceml: {trouble}", file=sys.stderr)
     return path
+
+
+def _write_somewhere(
+    settings: Settings, run_id: str, summary: dict[str, Any]
+) -> tuple[Path | None, str | None]:
+    """(where the summary went, None) or, after a failed write, the line that says what happened."""
+    from traceml.analysis.summary import write_summary
+    from traceml.transport.rundir import RunDir, resolve_runtime_dir
+
+    try:
+        return write_summary(summary, summary_path_for(settings, run_id)), None
+    except TraceMLError as err:
+        first = err.msg
+    try:
+        RunDir(resolve_runtime_dir(settings.runtime_dir), run_id).create()
+        path = write_summary(summary, fallback_path(settings, run_id))
+    except TraceMLError as err:
+        text = json.dumps(summary, separators=(",", ":"), allow_nan=False)
+        return None, f"{first}; the fallback failed too ({err.msg}); the summary: {text}"
+    return path, f"{first}; wrote the summary to {path} instead"

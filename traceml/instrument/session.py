@@ -76,6 +76,7 @@ class Session:
         if self.settings.mode == "auto":
             self.hooks.install_auto(torch, h2d=False)
         self.info = self._rank_info(torch)
+        _preload_finish()
         self.worker = TxWorker(self._worker_parts())
         self.worker.start()
         atexit.register(self.shutdown)
@@ -263,6 +264,17 @@ class Session:
 
         assert self.worker is not None and self.info is not None
         return write_rank_summary(self.settings, self.info, self.worker.p.store, end)
+
+
+def _preload_finish() -> None:
+    """Import now what the tx thread runs at the very end. The SIGTERM handler waits for the tx
+    thread to write the summary; if the TERM lands while the main thread holds the import lock
+    (one of torch's lazy imports, at exit or anywhere), a first import on the tx thread would
+    wait for that lock until the shutdown gives up, and the summary would be lost."""
+    import traceml.analysis.render
+    import traceml.analysis.summary
+    import traceml.instrument.finish
+    import traceml.transport.rundir  # noqa: F401
 
 
 def _hold_signals() -> dict[int, Any]:

@@ -180,7 +180,10 @@ class TxWorker(threading.Thread):
             if settle is not None:
                 settle()
         if self.p.finish is not None:
-            self.summary_path = self.p.finish(end)
+            try:
+                self.summary_path = self.p.finish(end)
+            except Exception as e:  # noqa: BLE001 - the sinks below must close all the same
+                warn_once("summary", f"no summary ({type(e).__name__}: {e})")
         for sink in self.p.sinks:
             sink.close(end, self.summary_path)
         if self.p.sampler is not None:

@@ -25,6 +25,8 @@ INBOUND_HWM = 64
 MAX_INBOUND_BYTES = 64 * 1024
 """libzmq disconnects a peer that sends a larger frame; smaller junk is read and counted."""
 
+MAX_SUBSCRIPTION_BYTES = 64
+
 SendResult = Literal["sent", "full", "gone"]
 
 
@@ -76,6 +78,9 @@ class Channels:
         # Manual: a subscription takes effect only when `apply_subscription` accepts it, so a
         # peer cannot grow libzmq's subscription trie in the job with random topics.
         self.pub.setsockopt(zmq.XPUB_MANUAL, 1)
+        # A real subscription is at most 1 + 12 bytes; libzmq buffers each inbound one before we
+        # see it, so bigger frames (junk, floods) are refused at the door and the peer dropped.
+        self.pub.setsockopt(zmq.MAXMSGSIZE, MAX_SUBSCRIPTION_BYTES)
         self.pub.setsockopt(zmq.XPUB_WELCOME_MSG, WELCOME)
         self.ctl.setsockopt(zmq.SNDHWM, CTL_SNDHWM)
         self.ctl.setsockopt(zmq.ROUTER_MANDATORY, 1)

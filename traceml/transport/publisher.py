@@ -233,11 +233,11 @@ class Publisher:
     def _safely(self, what: str, fn: Callable[[], None]) -> None:
         try:
             fn()
-        except Exception:  # noqa: BLE001 - the contract: never raise into the training side
+        except Exception as err:  # noqa: BLE001 - the contract: never raise into training
             self.stats.errors += 1
             if what not in self._logged:
                 self._logged.add(what)
-                _log.exception("TraceML publisher: %s failed; training goes on", what)
+                _log.warning("traceml: publisher: %s failed (%s); training goes on", what, err)
 
     def _publish(self, kind: Kind, seq: int, body: bytes, records: int = 0) -> None:
         s = self._stream

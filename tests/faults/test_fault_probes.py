@@ -1,0 +1,65 @@
+"""psutil and NVML raising in every process of the job (a sitecustomize shim on PYTHONPATH):
+the job trains on, TraceML warns at most once, keeps its live view, and reports the missing
+signals as null (not measured), never as zero."""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+import pytest
+
+from tests.faults._harness import SCRIPTS, check_finished, run_dir, summary_of, training
+from traceml.transport.runfile import read_rank_file
+
+pytestmark = [pytest.mark.faults, pytest.mark.slow]
+
+SHIM = SCRIPTS / "broken_probes"
+STEPS = 150
+NOT_A_WARNING = re.compile(r"traceml: (step \d|summary written to )")
+"""TraceML's own stderr lines that are not warnings: progress lines and where the summary went."""
+
+
+def warnings(stderr: str) -> list[str]:
+    return [
+        line
+        for line in stderr.splitlines()
+        if line.startswith(("traceml: ", "TraceML publisher: ")) and not NOT_A_WARNING.match(line)
+    ]
+
+
+def broken(kind: str, what: str = "psutil,nvml") -> dict[str, str]:
+    path = os.pathsep.join(p for p in (str(SHIM), os.environ.get("PYTHONPATH", "")) if p)
+    return {"PYTHONPATH": path, "TRACEML_FAULT_RAISE": kind, "TRACEML_FAULT_BREAK": what}
+
+
+@pytest.mark.parametrize(
+    "kind",
+    [
+        "AccessDenied",
+        "RuntimeError",
+    ],
+)
+def test_psutil_and_nvml_raising(tmp_path: Path, runtime_dir: Path, kind: str) -> None:
+    with training(tmp_path, None, "--steps", str(STEPS), env=broken(kind)) as job:
+        result = job.finish()
+    data = check_finished(result, summary_of(tmp_path), steps=STEPS)
+    assert len(warnings(result.stderr)) <= 1, warnings(result.stderr)
+    assert data["system"]["cpu_pct_avg"] is None, "the shim was not in effect"
+    rank = read_rank_file(run_dir(runtime_dir, data["run"]["id"]) / "rank-0.json")
+    assert rank.endpoints and rank.end is not None, "the live view must survive broken probes"
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(
+    not Path("/dev/nvidiactl").exists(), reason="needs CUDA: NVML is only opened for a GPU rank"
+)
+def test_nvml_raising_on_a_gpu_rank(tmp_path: Path) -> None:
+    env = broken("RuntimeError", "nvml")
+    with training(tmp_path, None, "--steps", str(STEPS), "--device", "cuda", env=env) as job:
+        result = job.finish()
+    data = check_finished(result, summary_of(tmp_path), steps=STEPS)
+    assert [w for w in warnings(result.stderr) if "NVML" in w] == warnings(result.stderr)
+    assert len(warnings(result.stderr)) == 1
+    assert data["system"]["gpu_util_pct_avg"] is None
