@@ -78,9 +78,12 @@ class Channels:
         # Manual: a subscription takes effect only when `apply_subscription` accepts it, so a
         # peer cannot grow libzmq's subscription trie in the job with random topics.
         self.pub.setsockopt(zmq.XPUB_MANUAL, 1)
-        # A real subscription is at most 1 + 12 bytes; libzmq buffers each inbound one before we
-        # see it, so bigger frames (junk, floods) are refused at the door and the peer dropped.
-        self.pub.setsockopt(zmq.MAXMSGSIZE, MAX_SUBSCRIPTION_BYTES)
+        if keys is None:
+            # A real subscription is at most 1 + 12 bytes; libzmq buffers each inbound one before
+            # we see it, so bigger frames (junk, floods) are refused at the door. Not under CURVE:
+            # the limit also applies to its handshake (HELLO is 200 bytes), and a peer without
+            # the key cannot send a subscription at all.
+            self.pub.setsockopt(zmq.MAXMSGSIZE, MAX_SUBSCRIPTION_BYTES)
         self.pub.setsockopt(zmq.XPUB_WELCOME_MSG, WELCOME)
         self.ctl.setsockopt(zmq.SNDHWM, CTL_SNDHWM)
         self.ctl.setsockopt(zmq.ROUTER_MANDATORY, 1)
