@@ -176,7 +176,7 @@ def test_two_nodes_feed_one_collector(tmp_path: Path) -> None:
             "--delay-ms",
             "8",
             "--steps",
-            "60",
+            "150",
         ]
         procs.append(
             subprocess.Popen(
@@ -188,13 +188,21 @@ def test_two_nodes_feed_one_collector(tmp_path: Path) -> None:
                 text=True,
             )
         )
+    live = watch_live(tmp_path / "node0", procs[0], seconds=60)
     outs = [p.communicate(timeout=180)[0] for p in procs]
     assert [p.returncode for p in procs] == [0, 0], outs
+    assert sorted(live.ranks()) == [0, 1], "node 0's viewer sees node 1's rank through the relay"
+    assert live.total_steps(1) > 0
+    assert diagnose(live.live_view()).primary.kind == "INPUT_STRAGGLER"
+    node0_runs = list_runs(tmp_path / "node0", include_finished=True)
+    assert [len(r.ranks) for r in node0_runs] == [2], "ls on node 0 shows the whole job"
+    relayed = {r.rank: r for r in node0_runs[0].ranks}[1]
+    assert relayed.relayed_by is not None and relayed.end is not None
     data = json.loads((tmp_path / "node0" / "summary.json").read_text())
     validate_summary(data)
     assert not (tmp_path / "node1" / "summary.json").exists(), "only global rank 0 writes it"
     assert [r["rank"] for r in data["ranks"]] == [0, 1]
-    assert data["ranks"][1]["steps"] == 60
+    assert data["ranks"][1]["steps"] == 150
     assert finding(data, "INPUT_STRAGGLER")["evidence"]["ranks"] == [1]
     node1_runs = list_runs(tmp_path / "node1", include_finished=True)
     assert [len(r.ranks) for r in node1_runs] == [1], "each node keeps its own run dir"

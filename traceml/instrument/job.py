@@ -27,6 +27,7 @@ from traceml.transport.events import (
 )
 from traceml.transport.feed import CollectorFeed
 from traceml.transport.fold import apply_events
+from traceml.transport.relay import Relays
 
 STORE_TIMEOUT_S = 10.0
 LOOKUP_EVERY_S = 0.5
@@ -118,6 +119,7 @@ class JobLink:
         self._store = store
         self._run_dir = run_dir
         self._collector: Collector | None = None
+        self._relays: Relays | None = None
         self._feed: CollectorFeed | None = None
         self._call: StoreCall | None = None
         self._pending: deque[StepRecord] = deque(maxlen=PENDING_MAX)
@@ -146,7 +148,9 @@ class JobLink:
 
     def service(self, now: float, *, last_step: int, dropped: int, primary: str | None) -> None:
         if self._collector is not None:
-            self.fold(self._collector.poll())
+            self._take(self._collector.poll(), now)
+            if self._relays is not None:
+                self._relays.service(now)
             return
         if self._feed is None:
             self._try_connect()
@@ -171,6 +175,9 @@ class JobLink:
             self._feed.send_end(end)
             self._feed.close()
             self._feed = None
+        if self._relays is not None:
+            self._relays.close()
+            self._relays = None
         if self._collector is not None:
             self._collector.close()
             self._collector = None
@@ -180,8 +187,12 @@ class JobLink:
         multi = is_multi_node(os.environ)
         curve = multi and not self._settings.insecure
         endpoint = self._endpoint(multi)
-        self._collector = Collector(self.info.run_id, endpoint, curve=curve)
-        address = self._collector.open()
+        collector = Collector(self.info.run_id, endpoint, curve=curve)
+        self._collector = collector
+        address = collector.open()
+        if multi:
+            # Viewers on this node reach the other nodes' ranks through relays.
+            self._relays = Relays(self._settings, self._settings.runtime_dir, collector.remote)
         self._call = StoreCall(lambda: _announce(self.info.incarnation, address))
         self._call.start()
 
@@ -199,6 +210,12 @@ class JobLink:
         """Rank 0: put what the other ranks sent into the job's store."""
         apply_events(self._store, events)
 
+    def _take(self, events: list[Event], now: float) -> None:
+        """Rank 0: fold what arrived, and pass the other nodes' ranks on to their relays."""
+        self.fold(events)
+        if self._relays is not None and events:
+            self._relays.route(events, now)
+
     def settle(self) -> None:
         """Rank 0, before the summary: wait briefly for the others' ends; the rest are dead."""
         collector = self._collector
@@ -207,7 +224,7 @@ class JobLink:
         deadline = time.monotonic() + SETTLE_S
         expected = set(range(self.info.world_size)) - {0}
         while time.monotonic() < deadline:
-            self.fold(collector.poll())
+            self._take(collector.poll(), time.time())
             if all(self._settled(collector, r) for r in expected):
                 break
             time.sleep(0.02)

@@ -27,6 +27,7 @@ from traceml.transport.events import (
     StepsEvent,
     SystemEvent,
 )
+from traceml.transport.node import node_key
 from traceml.transport.security import KeyPair, make_server, new_keypair
 
 RCVHWM = 100_000
@@ -63,6 +64,8 @@ class RankSeen:
 
     last_frame: float
     ended: bool = False
+    node: str | None = None
+    """The rank's node (relay.node_key), from its hello; None until then."""
 
 
 class Collector:
@@ -75,6 +78,7 @@ class Collector:
         self._ctx: zmq.Context[zmq.Socket[bytes]] | None = None
         self._sock: zmq.Socket[bytes] | None = None
         self.ranks: dict[int, RankSeen] = {}
+        self.node = node_key()
         self.received = 0
         self.rejected = 0
 
@@ -141,11 +145,18 @@ class Collector:
     def _event(self, rank: int, seen: RankSeen, body: dict[str, Any]) -> list[Event]:
         payload = body.get("payload")
         if body.get("kind") == "info":
+            node = body.get("node")
+            seen.node = node if isinstance(node, str) else None
             return [InfoEvent(RankInfo.from_wire(payload))]
         if body.get("kind") == "end" and isinstance(payload, dict):
             seen.ended = True
             return [EndEvent(RankEnd.from_wire(payload.get("end")), payload.get("summary_path"))]
         return []
+
+    def remote(self, rank: int) -> bool:
+        """The rank said hello from another node than the collector's."""
+        seen = self.ranks.get(rank)
+        return seen is not None and seen.node is not None and seen.node != self.node
 
     def close(self) -> None:
         if self._sock is not None:

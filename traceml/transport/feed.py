@@ -18,6 +18,7 @@ from traceml.errors import TransportError
 from traceml.records import RankEnd, RankInfo, StepRecord, SystemSample
 from traceml.transport.codec import Header, Kind, pack, pack_array, topic
 from traceml.transport.collector import CollectorAddress
+from traceml.transport.node import node_key
 from traceml.transport.security import make_client
 
 SNDHWM = 10_000
@@ -56,9 +57,8 @@ class CollectorFeed:
 
     def hello(self) -> None:
         """Say who this rank is; the collector needs it before the records."""
-        self._push(
-            "evt", self._seq - 1, pack({"id": -1, "kind": "info", "payload": self._info.to_wire()})
-        )
+        hello = {"id": -1, "kind": "info", "payload": self._info.to_wire(), "node": node_key()}
+        self._push("evt", self._seq - 1, pack(hello))
 
     def send_steps(self, records: Sequence[StepRecord]) -> None:
         for lo in range(0, len(records), CHUNK):

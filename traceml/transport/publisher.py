@@ -54,9 +54,22 @@ MAX_INBOUND_PER_CALL = 64
 class Publisher:
     """The live side of one rank; see the module docstring for the threading contract."""
 
-    def __init__(self, info: RankInfo, settings: Settings, runtime_dir: Path | None = None) -> None:
-        """Cheap: no sockets, no files until open()."""
+    def __init__(
+        self,
+        info: RankInfo,
+        settings: Settings,
+        runtime_dir: Path | None = None,
+        *,
+        relay: bool = False,
+    ) -> None:
+        """Cheap: no sockets, no files until open().
+
+        `relay=True` serves a rank of another node for this node's viewers (the job collector
+        does): the rank file says who relays it, run.json is never written, and heartbeats go
+        out only when `service(heartbeat=True)` passes one on, so a silent rank looks silent.
+        """
         self._info = info
+        self._relay = relay
         self._settings = settings
         self._runtime_dir = runtime_dir if runtime_dir is not None else settings.runtime_dir
         self._pid = os.getpid()
@@ -142,7 +155,7 @@ class Publisher:
         self._end = end
         self._summary = os.path.abspath(summary_path) if summary_path is not None else None
         self._safely("close: run files", self._write_files)
-        if summary_path is not None and self._info.local_rank == 0 and self._run_dir:
+        if summary_path is not None and self._owns_run_file and self._run_dir:
             run_dir = self._run_dir
             self._safely("close: summary link", lambda: run_dir.link_summary(summary_path))
         payload = {"end": end.to_wire(), "summary_path": self._summary}
@@ -176,9 +189,26 @@ class Publisher:
         if self._live():
             self._safely("send_event", lambda: self._send_event(kind, payload))
 
-    def service(self, now: float, *, last_step: int, dropped: int, primary: str | None) -> None:
-        """Periodic work, bounded per call: inbound frames, snapshot parts, the 1 s heartbeat,
-        and the rank file every FILE_UPDATE_S. `now` may be any clock; only differences count."""
+    def detach(self) -> None:
+        """Close the sockets without an end: the rank file stays as it was, so viewers see the
+        rank fall silent (a relay whose rank never said goodbye). Idempotent; never raises."""
+        if not self._mine() or self._closed:
+            return
+        self._closed = True
+        self._safely("detach: sockets", self._teardown)
+
+    def service(
+        self,
+        now: float,
+        *,
+        last_step: int,
+        dropped: int,
+        primary: str | None,
+        heartbeat: bool | None = None,
+    ) -> None:
+        """Periodic work, bounded per call: inbound frames, snapshot parts, the heartbeat, and
+        the rank file every FILE_UPDATE_S. `now` may be any clock; only differences count.
+        `heartbeat`: None sends one every HEARTBEAT_S, True sends one now, False none."""
         if not self._live():
             return
         self._progress.note(last_step, dropped, primary)
@@ -187,7 +217,8 @@ class Publisher:
             server = self._server
             self._safely("read requests", lambda: server.take_requests(now))
             self._safely("serve snapshots", lambda: server.serve(now))
-        if now - self._last_hb >= HEARTBEAT_S:
+        due = now - self._last_hb >= HEARTBEAT_S if heartbeat is None else heartbeat
+        if due:
             self._last_hb = now
             self._safely("heartbeat", self._heartbeat)
         if now - self._last_write >= FILE_UPDATE_S:
@@ -337,7 +368,12 @@ class Publisher:
             dropped=self._lost(),
             end=self._end,
             summary_path=self._summary,
+            relayed_by=self._pid if self._relay else None,
         )
+
+    @property
+    def _owns_run_file(self) -> bool:
+        return self._info.local_rank == 0 and not self._relay
 
     def _run_file(self) -> RunFile:
         i = self._info
@@ -358,7 +394,7 @@ class Publisher:
     def _write_files(self) -> None:
         assert self._run_dir is not None
         write_json_atomic(self._run_dir.rank_json(self._info.rank), self._rank_file().to_json())
-        if self._info.local_rank == 0:
+        if self._owns_run_file:
             write_json_atomic(self._run_dir.run_json, self._run_file().to_json())
 
     def stats_dict(self) -> dict[str, int]:

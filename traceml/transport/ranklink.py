@@ -83,7 +83,10 @@ class RankLink:
         self.file = rank
         self.rank = rank.rank
         self.stitch = Stitcher(self.rank)
-        self.liveness = RankLiveness(now, rank.pid, rank.pid_start, local)
+        # A relayed rank's process is on another node: only its heartbeats tell (the relay's
+        # own process being alive says nothing about it).
+        relayed = rank.relayed_by is not None
+        self.liveness = RankLiveness(now, rank.pid, rank.pid_start, local and not relayed)
         self.malformed = 0
         self.unknown_events = 0
         self.replaced: RankFile | None = None

@@ -145,6 +145,9 @@ class RankFile:
     end: RankEnd | None = None
     """Set when the rank shut TraceML down; None while it runs."""
     summary_path: str | None = None
+    relayed_by: int | None = None
+    """Pid of the process on this node that serves the rank for it (the job collector relaying
+    a rank of another node); None when the rank serves itself."""
     path: Path | None = field(default=None, compare=False)
     """Where the file was read from; not stored."""
 
@@ -155,6 +158,11 @@ class RankFile:
     @property
     def pid(self) -> int:
         return self.info.pid
+
+    @property
+    def serving_pid(self) -> int:
+        """The process whose sockets the file names (and whose start time `pid_start` is)."""
+        return self.relayed_by if self.relayed_by is not None else self.info.pid
 
     @property
     def host(self) -> str:
@@ -176,6 +184,7 @@ class RankFile:
             "dropped": self.dropped,
             "end": None if self.end is None else self.end.to_wire(),
             "summary_path": self.summary_path,
+            "relayed_by": self.relayed_by,
         }
 
     @classmethod
@@ -199,6 +208,7 @@ class RankFile:
             dropped=int(_opt(obj, "dropped", int) or 0),
             end=_end_from(obj),
             summary_path=_opt(obj, "summary_path", str),
+            relayed_by=_opt(obj, "relayed_by", int),
             path=path,
         )
 

@@ -197,7 +197,9 @@ def _proc(pid: int, start: float | None, host: str) -> ProcState:
 
 
 def _entry(path: Path, run: RunFile | None, ranks: list[RankFile], now: float) -> RunEntry:
-    states = {r.rank: file_rank_state(r, now, _proc(r.pid, r.pid_start, r.host)) for r in ranks}
+    states = {
+        r.rank: file_rank_state(r, now, _proc(r.serving_pid, r.pid_start, r.host)) for r in ranks
+    }
     first = ranks[0] if ranks else None
     steps = [r.last_step for r in ranks if r.last_step is not None]
     times = [r.last_step_ms for r in ranks if r.last_step_ms is not None]
