@@ -55,12 +55,19 @@ def main() -> None:
     ap.add_argument("--slow", choices=("data", "forward", "none"), default="data")
     ap.add_argument("--delay-ms", type=float, default=8.0)
     ap.add_argument("--die-at", type=int, default=-1, help="rank --slow-rank exits hard here")
+    ap.add_argument(
+        "--die-once",
+        action="store_true",
+        help="die only in the first incarnation (run under torchrun --max-restarts 1)",
+    )
     args = ap.parse_args()
 
     dist.init_process_group("gloo")
     rank = dist.get_rank()
     traceml.init(mode="auto")
     slow_here = rank == args.slow_rank
+    restarted = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")) > 0
+    die_at = -1 if args.die_once and restarted else args.die_at
     delay = args.delay_ms / 1000.0 if slow_here else 0.0
     torch.manual_seed(0)
     inner = nn.Sequential(nn.Linear(64, 256), nn.ReLU(), nn.Linear(256, 1))
@@ -69,7 +76,7 @@ def main() -> None:
     data_delay = delay / BATCH if args.slow == "data" else 0.0
     loader = DataLoader(Samples(args.steps * BATCH, data_delay), batch_size=BATCH)
     for step, (x, y) in enumerate(loader):
-        if slow_here and step == args.die_at:
+        if slow_here and step == die_at:
             os._exit(17)  # a rank dying mid-run, as an OOM kill or a segfault would
         with traceml.trace_step(model):
             opt.zero_grad(set_to_none=True)

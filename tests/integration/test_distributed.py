@@ -20,6 +20,7 @@ from tests.conftest import EXAMPLES, child_env, traceml_cmd
 from traceml.analysis.diagnose import diagnose
 from traceml.analysis.schema import validate_summary
 from traceml.analysis.store import RunStore
+from traceml.transport.events import GapEvent, InfoEvent
 from traceml.transport.fold import apply_events
 from traceml.transport.runs import list_runs
 from traceml.transport.subscriber import Subscriber
@@ -207,3 +208,68 @@ def test_two_nodes_feed_one_collector(tmp_path: Path) -> None:
     node1_runs = list_runs(tmp_path / "node1", include_finished=True)
     assert [len(r.ranks) for r in node1_runs] == [1], "each node keeps its own run dir"
     assert os.environ.get("TRACEML_RUNTIME_DIR") != str(tmp_path / "node1")
+
+
+def test_torchelastic_restart_is_a_new_incarnation_not_a_gap(
+    tmp_path: Path, runtime_dir: Path
+) -> None:
+    """Rank 1 dies in the first incarnation; torchrun restarts both ranks once. A viewer
+    attached throughout sees the new incarnation announced and loses nothing.
+
+    c10d rendezvous with an unshared store: restarts with the static backend, or with the
+    agent's store shared, reuse the first incarnation's gloo addresses and fail with or
+    without TraceML (pytorch/pytorch#135712)."""
+    summary = tmp_path / "summary.json"
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc-per-node",
+        "2",
+        "--max-restarts",
+        "1",
+        "--rdzv-backend",
+        "c10d",
+        "--rdzv-endpoint",
+        f"127.0.0.1:{free_port()}",
+        "-m",
+        "traceml",
+        "run",
+        "--summary",
+        str(summary),
+        STRAGGLER,
+        "--slow",
+        "none",
+        "--die-at",
+        "40",
+        "--die-once",
+        "--steps",
+        "300",
+    ]
+    proc = subprocess.Popen(
+        cmd,
+        cwd=tmp_path,
+        env=child_env(TORCH_DISABLE_SHARE_RDZV_TCP_STORE="1"),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    deadline = time.monotonic() + 60
+    while not list_runs(runtime_dir) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    events: list[Any] = []
+    with Subscriber(list_runs(runtime_dir)[0]) as sub:
+        while proc.poll() is None and time.monotonic() < deadline + 60:
+            events += sub.poll(100)
+        lost = sub.stats["lost"]
+    out = proc.communicate(timeout=60)[0]
+    assert proc.returncode == 0, out
+    incarnations = {(e.info.rank, e.info.incarnation) for e in events if isinstance(e, InfoEvent)}
+    assert {(0, 1), (1, 1)} <= incarnations, incarnations
+    assert lost == 0, "a restart is not a sequence gap"
+    assert not [e for e in events if isinstance(e, GapEvent)]
+    data = json.loads(summary.read_text())
+    validate_summary(data)
+    assert [r["rank"] for r in data["ranks"]] == [0, 1]
+    assert all(r["steps"] == 300 for r in data["ranks"]), data["ranks"]
+    assert [r.run_id for r in list_runs(runtime_dir, include_finished=True)] == [data["run"]["id"]]

@@ -52,7 +52,9 @@ def test_ranks_of_one_launcher_agree_and_jobs_differ() -> None:
     one = derived_run_id("train", env, 100, 1.7e9)
     assert derived_run_id("train", dict(env), 100, 1.7e9 + 0.001) == one
     assert derived_run_id("train", env, 101, 1.7e9) != one
-    assert derived_run_id("train", {**env, "MASTER_PORT": "2"}, 100, 1.7e9) != one
+    assert derived_run_id("train", {**env, "MASTER_ADDR": "g"}, 100, 1.7e9) != one
+    restarted = {**env, "MASTER_PORT": "2"}  # torchelastic moved the store; same agent
+    assert derived_run_id("train", restarted, 100, 1.7e9) == one
 
 
 def test_under_torchrun_the_launcher_is_the_parent() -> None:

@@ -10,6 +10,8 @@ Must never import torch.
 
 from __future__ import annotations
 
+import contextlib
+import os
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -162,6 +164,10 @@ class Collector:
         if self._sock is not None:
             self._sock.close(0)
             self._sock = None
+            if self._endpoint.startswith("ipc://"):
+                # libzmq leaves the socket file behind; it lives in the run's private dir.
+                with contextlib.suppress(OSError):
+                    os.unlink(self._endpoint[len("ipc://") :])
         if self._ctx is not None:
             self._ctx.term()
             self._ctx = None

@@ -46,6 +46,8 @@ REQUEST_TIMEOUT_S = 3.0
 WELCOME_WAIT_S = 1.0
 """Ask for the first snapshot after this long even if no XPUB welcome came."""
 FILE_CHECK_S = 1.0
+ENDED_FILE_CHECK_S = 3.0
+"""An ended rank's file is re-read this often: torchelastic may restart it (a new process)."""
 
 Handler = Callable[[Header, bytes, float], list[Event]]
 
@@ -123,7 +125,8 @@ class RankLink:
             self._abort()
         self._maybe_request(now)
         quiet = self.liveness.silent(now) > 1.5 * HEARTBEAT_S or self.liveness.proc == "gone"
-        if quiet and not self.liveness.ended and now - self._file_checked >= FILE_CHECK_S:
+        every = ENDED_FILE_CHECK_S if self.liveness.ended else FILE_CHECK_S
+        if quiet and now - self._file_checked >= every:
             self._file_checked = now
             return self._check_file()
         return []
@@ -165,7 +168,7 @@ class RankLink:
         if fresh.pid != self.file.pid or fresh.endpoints != self.file.endpoints:
             self.replaced = fresh
             return []
-        if fresh.end is not None:
+        if fresh.end is not None and not self.liveness.ended:
             self.liveness.ended = True
             return [EndEvent(fresh.end, fresh.summary_path)]
         return []

@@ -49,8 +49,8 @@ def derive_run_id(script: str, env: Mapping[str, str] | None = None) -> str:
     Returns:
         `$TRACEML_RUN_ID` (made safe), else `<script>-slurm<job>[.<step>]`, else
         `<script>-<TORCHELASTIC_RUN_ID>` unless that is "none", else
-        `<script>-<yyyymmdd-hhmmss>-<4 hex>` from MASTER_ADDR/PORT and the launcher's pid and start
-        time (the parent's under torchrun, so local ranks agree).
+        `<script>-<yyyymmdd-hhmmss>-<4 hex>` from MASTER_ADDR and the launcher's pid and start
+        time (the torchrun agent's, so local ranks and restarted ranks agree).
     """
     env = os.environ if env is None else env
     stem = script_stem(script)
@@ -88,7 +88,9 @@ def process_start(pid: int) -> float | None:
 
 def derived_run_id(stem: str, env: Mapping[str, str], pid: int, start: float | None) -> str:
     """`<stem>-<yyyymmdd-hhmmss>-<4 hex>`: deterministic in its inputs, so ranks agree."""
-    master = f"{env.get('MASTER_ADDR', '')}:{env.get('MASTER_PORT', '')}"
+    # Not MASTER_PORT: a torchelastic restart keeps the agent (the launcher) but may move the
+    # job's store to a new port, and a restart is the same run (a new incarnation).
+    master = env.get("MASTER_ADDR", "")
     key = f"{master}|{pid}|{start if start is None else round(start, 2)}"
     digest = hashlib.sha1(key.encode(), usedforsecurity=False).hexdigest()[:4]
     stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(start if start is not None else 0))
