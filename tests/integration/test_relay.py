@@ -21,7 +21,7 @@ from traceml.records import RankEnd, RankInfo
 from traceml.transport.collector import Collector
 from traceml.transport.events import EndEvent
 from traceml.transport.feed import CollectorFeed
-from traceml.transport.relay import Relays
+from traceml.transport.relay import MIN_HISTORY, Relays
 from traceml.transport.runs import list_runs, resolve_run
 from traceml.transport.subscriber import Subscriber
 
@@ -52,11 +52,16 @@ class Job:
 
 
 @pytest.fixture
-def job(runtime_dir: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Job]:
+def world_size() -> int:
+    return 2
+
+
+@pytest.fixture
+def job(runtime_dir: Path, monkeypatch: pytest.MonkeyPatch, world_size: int) -> Iterator[Job]:
     monkeypatch.setenv("GROUP_RANK", "0")
     collector = Collector(RUN, f"ipc://{runtime_dir}/collector.sock", curve=False)
     address = collector.open()
-    relays = Relays(Settings(runtime_dir=runtime_dir), runtime_dir, collector.remote)
+    relays = Relays(Settings(runtime_dir=runtime_dir), runtime_dir, collector.remote, world_size)
     monkeypatch.setenv("GROUP_RANK", "1")  # the feed's hello comes from the other node
     info = RankInfo(RUN, rank=1, world_size=2, host=socket.gethostname(), pid=999_999)
     feed = CollectorFeed(address, info)
@@ -94,6 +99,20 @@ def test_late_viewer_gets_the_relayed_history_then_live_records(
     assert ended.end is not None and ended.end.steps == 320
 
 
+@pytest.mark.parametrize("world_size", [1_000_000])
+def test_relay_history_is_shared_out_by_world_size(job: Job, runtime_dir: Path) -> None:
+    """A huge job keeps a short history per relayed rank, so rank 0's memory stays bounded."""
+    job.feed.send_steps([make_step(i, rank=1) for i in range(300)])
+    job.feed.heartbeat({"last_step": 299, "dropped": 0, "primary": None})
+    job.pump()
+    seen = Seen()
+    with Subscriber(resolve_run(RUN, runtime_dir)) as sub:
+        job.until(sub, seen, lambda: seen.count(1) >= MIN_HISTORY, "the relayed history")
+        job.pump(0.2)
+        seen.add(sub.poll(50))
+        assert seen.steps[1] == list(range(300 - MIN_HISTORY, 300))
+
+
 def test_a_rank_that_falls_silent_is_not_kept_alive_by_its_relay(
     job: Job, runtime_dir: Path
 ) -> None:
@@ -112,7 +131,7 @@ def test_a_rank_of_this_node_gets_no_relay(
 ) -> None:
     monkeypatch.setenv("GROUP_RANK", "0")
     collector = Collector(RUN, f"ipc://{runtime_dir}/collector.sock", curve=False)
-    relays = Relays(Settings(runtime_dir=runtime_dir), runtime_dir, collector.remote)
+    relays = Relays(Settings(runtime_dir=runtime_dir), runtime_dir, collector.remote, 2)
     feed = CollectorFeed(collector.open(), RankInfo(RUN, rank=1, world_size=2))
     try:
         feed.open()

@@ -192,7 +192,9 @@ class JobLink:
         address = collector.open()
         if multi:
             # Viewers on this node reach the other nodes' ranks through relays.
-            self._relays = Relays(self._settings, self._settings.runtime_dir, collector.remote)
+            self._relays = Relays(
+                self._settings, self._settings.runtime_dir, collector.remote, self.info.world_size
+            )
         self._call = StoreCall(lambda: _announce(self.info.incarnation, address))
         self._call.start()
 

@@ -61,12 +61,15 @@ class Publisher:
         runtime_dir: Path | None = None,
         *,
         relay: bool = False,
+        context: zmq.Context[zmq.Socket[bytes]] | None = None,
     ) -> None:
         """Cheap: no sockets, no files until open().
 
         `relay=True` serves a rank of another node for this node's viewers (the job collector
         does): the rank file says who relays it, run.json is never written, and heartbeats go
         out only when `service(heartbeat=True)` passes one on, so a silent rank looks silent.
+        `context`: a zmq context shared with other publishers of this thread (the caller terms
+        it); by default each publisher has its own.
         """
         self._info = info
         self._relay = relay
@@ -83,6 +86,7 @@ class Publisher:
         self._end: RankEnd | None = None
         self._summary: str | None = None
         self._ctx: zmq.Context[zmq.Socket[bytes]] | None = None
+        self._shared_ctx = context
         self._channels: Channels | None = None
         self._lock: RankLock | None = None
         self._run_dir: RunDir | None = None
@@ -136,7 +140,7 @@ class Publisher:
         plan = plan_endpoints(run_dir, self._info.rank, self._settings)
         self._keys = new_keypair() if plan.curve else None
         try:
-            self._ctx = zmq.Context()
+            self._ctx = self._shared_ctx if self._shared_ctx is not None else zmq.Context()
         except zmq.ZMQError as e:
             raise TransportError(f"cannot start ZeroMQ: {e.strerror}") from e
         self._channels = Channels.open(self._ctx, plan, self._keys)
@@ -165,7 +169,7 @@ class Publisher:
     def _teardown(self) -> None:
         if self._channels is not None:
             self._channels.close()
-        if self._ctx is not None:
+        if self._ctx is not None and self._ctx is not self._shared_ctx:
             self._ctx.term()
         self._channels, self._ctx, self._server = None, None, None
         if self._run_dir is not None:

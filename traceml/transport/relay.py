@@ -14,10 +14,13 @@ run dir already, the dir is unusable) is skipped, and the rank stays in the job'
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
+
+import zmq
 
 from traceml.config import Settings
 from traceml.errors import TransportError
@@ -30,6 +33,12 @@ from traceml.transport.events import (
     SystemEvent,
 )
 from traceml.transport.publisher import Publisher
+from traceml.transport.subscriber import raise_fd_limit
+
+RELAYED_RECORDS = 262_144
+"""Records kept for snapshots by all relays together (about 40 MB), shared out by world size:
+a 1,000-rank job keeps 262 steps per remote rank, a 16-rank job the rank's full history."""
+MIN_HISTORY = 64
 
 _log = logging.getLogger("traceml.transport")
 
@@ -45,18 +54,31 @@ class _Relay:
 class Relays:
     """The relays of one collector, keyed by rank. One thread only.
 
+    All relays share one zmq context (one I/O thread, however many ranks), sized for
+    `world_size` ranks.
+
     Args:
         settings: The job's settings (endpoints: ipc by default, tcp when `--listen` says so).
         runtime_dir: This node's runtime dir (the run dir is `<runtime_dir>/<run id>`).
         remote: Tells whether a rank runs on another node (the collector knows from its hello).
+        world_size: Ranks in the job, to size the shared context and the histories.
     """
 
     def __init__(
-        self, settings: Settings, runtime_dir: Path | None, remote: Callable[[int], bool]
+        self,
+        settings: Settings,
+        runtime_dir: Path | None,
+        remote: Callable[[int], bool],
+        world_size: int,
     ) -> None:
-        self._settings = settings
+        history = max(MIN_HISTORY, RELAYED_RECORDS // max(1, world_size))
+        self._settings = dataclasses.replace(
+            settings, history_steps=min(settings.history_steps, history)
+        )
         self._runtime_dir = runtime_dir
         self._remote = remote
+        self._world_size = world_size
+        self._ctx: zmq.Context[zmq.Socket[bytes]] | None = None
         self._relays: dict[int, _Relay] = {}
         self._skipped: set[int] = set()
         """Ranks that need no relay or could not have one; never retried (ended ones too)."""
@@ -101,6 +123,17 @@ class Relays:
             relay.publisher.detach()
         self._skipped.update(self._relays)
         self._relays.clear()
+        if self._ctx is not None:
+            self._ctx.term()
+            self._ctx = None
+
+    def _context(self) -> zmq.Context[zmq.Socket[bytes]]:
+        if self._ctx is None:
+            self._ctx = zmq.Context()
+            # Two sockets per relay, past libzmq's default cap of 1,023 for big jobs.
+            self._ctx.set(zmq.MAX_SOCKETS, max(1024, 2 * self._world_size + 64))
+            raise_fd_limit()
+        return self._ctx
 
     def _service(self, relay: _Relay, now: float, *, heartbeat: bool) -> None:
         relay.publisher.service(
@@ -118,10 +151,12 @@ class Relays:
         if not self._remote(rank):
             self._skipped.add(rank)
             return
-        pub = Publisher(event.info, self._settings, self._runtime_dir, relay=True)
         try:
+            pub = Publisher(
+                event.info, self._settings, self._runtime_dir, relay=True, context=self._context()
+            )
             pub.open()
-        except TransportError as e:
+        except (TransportError, zmq.ZMQError) as e:
             # Most often the rank is served in this run dir already (two agents sharing one
             # runtime dir): nothing is lost, this node's viewers reach it directly.
             self._skipped.add(rank)
