@@ -27,6 +27,8 @@ SCRIPTS = Path(__file__).resolve().with_name("_scripts")
 TRAIN = SCRIPTS / "train.py"
 VIEWER = SCRIPTS / "viewer.py"
 STEPS_LINE = re.compile(r"^steps (\d+)$", re.MULTILINE)
+NOT_A_WARNING = re.compile(r"traceml: (step \d|summary written to )")
+"""TraceML's own stderr lines that are not warnings: progress lines and where the summary went."""
 PAGE_MB = os.sysconf("SC_PAGE_SIZE") / (1024.0 * 1024.0)
 
 
@@ -135,13 +137,7 @@ class Job:
         self.proc.wait(10)
 
 
-def spawn(
-    argv: Sequence[str],
-    *,
-    cwd: Path,
-    env: dict[str, str] | None = None,
-    preexec_fn: Callable[[], None] | None = None,
-) -> Job:
+def spawn(argv: Sequence[str], *, cwd: Path, env: dict[str, str] | None = None) -> Job:
     """Start `argv` in its own process group, stdout and stderr piped as text."""
     full_env = dict(os.environ if env is None else env)
     full_env.setdefault("PYTHONUNBUFFERED", "1")
@@ -154,8 +150,7 @@ def spawn(
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-        start_new_session=preexec_fn is None,
-        preexec_fn=preexec_fn,
+        start_new_session=True,
     )
     return Job(proc)
 
@@ -181,17 +176,13 @@ def training(
     *script_args: str,
     script: Path = TRAIN,
     env: dict[str, str] | None = None,
-    preexec_fn: Callable[[], None] | None = None,
 ) -> Iterator[Job]:
     """`traceml run` of `script` (train.py by default); killed if still running at the end.
     `run_id` None lets TraceML derive one."""
     full_env = dict(os.environ)
     full_env.update(env or {})
     job = spawn(
-        traceml_run(tmp_path, run_id, *script_args, script=script),
-        cwd=tmp_path,
-        env=full_env,
-        preexec_fn=preexec_fn,
+        traceml_run(tmp_path, run_id, *script_args, script=script), cwd=tmp_path, env=full_env
     )
     try:
         yield job
@@ -199,48 +190,32 @@ def training(
         job.stop()
 
 
-PUBLISHER_LOG = "TraceML publisher: "
-"""How traceml.transport.publisher logs a failure it survived (with the traceback after it)."""
-
-
-def tracebacks(stderr: str, *, publisher: bool = False) -> list[str]:
-    """The exception line of each traceback in `stderr`: those the publisher logged after one of
-    its `TraceML publisher: ... failed; training goes on` lines if `publisher`, else all others."""
-    found: list[str] = []
-    owner: str | None = None
+def tracebacks(stderr: str) -> list[str]:
+    """The exception line of each traceback in `stderr`."""
     lines = stderr.splitlines()
-    i = 0
-    while i < len(lines):
-        line = lines[i]
+    found = []
+    for i, line in enumerate(lines):
         if line.startswith("Traceback (most recent call last)"):
-            j = i + 1
-            while j < len(lines) and lines[j].startswith(" "):
-                j += 1
-            if (owner == "publisher") == publisher:
-                found.append(lines[j] if j < len(lines) else "?")
-            i = j + 1
-            continue
-        if line.startswith(PUBLISHER_LOG):
-            owner = "publisher"
-        elif line and not line.startswith(("The above exception", "During handling")):
-            owner = None
-        i += 1
+            tail = next((x for x in lines[i + 1 :] if x and not x.startswith(" ")), "?")
+            found.append(tail)
     return found
 
 
-def check_finished(
-    result: Result, summary: Path, steps: int | None = None, *, publisher_logs: bool = False
-) -> dict[str, Any]:
-    """The job ended as if TraceML had not been hurt: exit 0, the steps it planned (or printed),
-    no traceback on stderr, and a valid summary that counts exactly those steps.
+def warnings(stderr: str, source: str = "") -> list[str]:
+    """TraceML's warning lines on stderr (`traceml: <source>...`), not its progress lines or
+    where the summary went."""
+    return [
+        line
+        for line in stderr.splitlines()
+        if line.startswith(f"traceml: {source}") and not NOT_A_WARNING.match(line)
+    ]
 
-    `publisher_logs` tolerates the tracebacks the publisher logs for a failure it survived; the
-    test then ends with `xfail_if_publisher_logged` (a transport issue, see that function).
-    """
+
+def check_finished(result: Result, summary: Path, steps: int | None = None) -> dict[str, Any]:
+    """The job ended as if TraceML had not been hurt: exit 0, the steps it planned (or printed),
+    no traceback on stderr, and a valid summary that counts exactly those steps."""
     assert result.returncode == 0, f"exit {result.returncode}\n{result.stderr[-3000:]}"
     assert not tracebacks(result.stderr), result.stderr[-3000:]
-    if not publisher_logs:
-        assert not tracebacks(result.stderr, publisher=True), result.stderr[-3000:]
     assert result.steps is not None, result.stdout[-2000:]
     if steps is not None:
         assert result.steps == steps
@@ -249,13 +224,6 @@ def check_finished(
     assert data["run"]["exit"] == "ok"
     assert data["ranks"][0]["steps"] == result.steps
     return data
-
-
-def xfail_if_publisher_logged(result: Result) -> None:
-    """A run-file or link failure the publisher survives (run dir gone or read-only) is one
-    warning line, never a traceback on the job's stderr."""
-    found = tracebacks(result.stderr, publisher=True)
-    assert not found, f"the publisher printed {len(found)} tracebacks: {found[-1]}"
 
 
 def run_dir(runtime: Path, run_id: str) -> Path:

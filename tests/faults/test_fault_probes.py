@@ -5,28 +5,24 @@ signals as null (not measured), never as zero."""
 from __future__ import annotations
 
 import os
-import re
 from pathlib import Path
 
 import pytest
 
-from tests.faults._harness import SCRIPTS, check_finished, run_dir, summary_of, training
+from tests.faults._harness import (
+    SCRIPTS,
+    check_finished,
+    run_dir,
+    summary_of,
+    training,
+    warnings,
+)
 from traceml.transport.runfile import read_rank_file
 
 pytestmark = [pytest.mark.faults, pytest.mark.slow]
 
 SHIM = SCRIPTS / "broken_probes"
 STEPS = 150
-NOT_A_WARNING = re.compile(r"traceml: (step \d|summary written to )")
-"""TraceML's own stderr lines that are not warnings: progress lines and where the summary went."""
-
-
-def warnings(stderr: str) -> list[str]:
-    return [
-        line
-        for line in stderr.splitlines()
-        if line.startswith(("traceml: ", "TraceML publisher: ")) and not NOT_A_WARNING.match(line)
-    ]
 
 
 def broken(kind: str, what: str = "psutil,nvml") -> dict[str, str]:
@@ -34,13 +30,7 @@ def broken(kind: str, what: str = "psutil,nvml") -> dict[str, str]:
     return {"PYTHONPATH": path, "TRACEML_FAULT_RAISE": kind, "TRACEML_FAULT_BREAK": what}
 
 
-@pytest.mark.parametrize(
-    "kind",
-    [
-        "AccessDenied",
-        "RuntimeError",
-    ],
-)
+@pytest.mark.parametrize("kind", ["AccessDenied", "RuntimeError"])
 def test_psutil_and_nvml_raising(tmp_path: Path, runtime_dir: Path, kind: str) -> None:
     with training(tmp_path, None, "--steps", str(STEPS), env=broken(kind)) as job:
         result = job.finish()

@@ -6,12 +6,21 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 from pathlib import Path
 
 import pytest
 
-from tests.faults._harness import check_finished, summary_of, tracebacks, training
+from tests.faults._harness import (
+    check_finished,
+    rank_file,
+    run_dir,
+    summary_of,
+    tracebacks,
+    training,
+    warnings,
+)
 from traceml.analysis.schema import validate_summary
 
 pytestmark = [pytest.mark.faults, pytest.mark.slow]
@@ -60,3 +69,27 @@ def test_sigterm_while_the_main_thread_holds_the_import_lock(tmp_path: Path) -> 
     validate_summary(data)
     assert data["run"]["exit"] == "signal"
     assert data["ranks"][0]["steps"] == STEPS == result.steps
+
+
+def test_sigterm_while_the_main_thread_holds_a_logging_lock(
+    tmp_path: Path, runtime_dir: Path
+) -> None:
+    """The TERM handler waits for the tx thread, which must warn as it closes (its run dir is
+    gone): through `logging` it would wait for the handler lock the interrupted main thread
+    holds, and shutdown would give up after its 2 s limit."""
+    stop = tmp_path / "stop"
+    args = ("--until", str(stop), "--steps", "1000000", "--term-holding-log-lock")
+    with training(tmp_path, "term-log", *args) as job:
+        job.wait_line("started")
+        rank_file(runtime_dir, "term-log")
+        shutil.rmtree(run_dir(runtime_dir, "term-log"))
+        stop.touch()
+        result = job.finish()
+    assert result.returncode == 128 + signal.SIGTERM, result.stderr[-2000:]
+    assert "did not finish in time" not in result.stderr, result.stderr[-2000:]
+    assert any("close" in line for line in warnings(result.stderr, "publisher: ")), result.stderr
+    assert not tracebacks(result.stderr), result.stderr[-2000:]
+    data = json.loads(summary_of(tmp_path).read_text())
+    validate_summary(data)
+    assert data["run"]["exit"] == "signal"
+    assert data["ranks"][0]["steps"] == result.steps

@@ -22,8 +22,9 @@ from tests.faults._harness import (
     spawn,
     summary_of,
     training,
+    warnings,
 )
-from traceml.transport.codec import Header
+from traceml.transport.codec import WELCOME, Header
 from traceml.transport.control import Request
 
 pytestmark = [pytest.mark.faults, pytest.mark.slow]
@@ -93,13 +94,15 @@ def _connect(ctx: zmq.Context[zmq.Socket[bytes]], kind: int, endpoint: str) -> z
 
 
 def _subscriber_heard(sub: zmq.Socket[bytes]) -> None:
-    """Subscribe `sub` (an XSUB) to everything and wait for a published frame: messages on one
-    connection arrive in order, so by then the job has taken in all that `sub` sent before."""
+    """Subscribe `sub` (an XSUB) to everything and wait for a published frame past the welcome:
+    messages on one connection arrive in order, so by then the job has taken in all that `sub`
+    sent before (as long as none of that matched a real topic)."""
     _send(sub, [b"\x01"])
     deadline = time.monotonic() + SENTINEL_S
-    while not sub.poll(100):
+    while True:
         assert time.monotonic() < deadline, "the job never answered the subscription"
-    sub.recv_multipart()
+        if sub.poll(100) and sub.recv_multipart() != [WELCOME]:
+            return
 
 
 def _ping_answered(ctl: zmq.Socket[bytes]) -> None:
@@ -159,35 +162,65 @@ def test_junk_at_both_endpoints_never_hurts_training(tmp_path: Path, runtime_dir
     assert during.rss_mb - before.rss_mb < RSS_BOUND_MB
 
 
-SUBSCRIPTIONS = 5000
-SUBSCRIPTION_RSS_BOUND_MB = 20.0
+OVERSIZED = 5000
+SMALL = 6000
+FLOOD_RSS_BOUND_MB = 5.0
+WATCH_S = 2.0
+"""How long the job is watched while a peer that sent oversized subscriptions keeps coming
+back (an XSUB resends all it subscribed to at every reconnect)."""
+
+
+def _flood(sub: zmq.Socket[bytes], rng: random.Random, count: int, longest: int) -> None:
+    """`count` subscriptions to random topics of up to `longest` bytes that match nothing the
+    job publishes (0xff starts no topic)."""
+    for _ in range(count):
+        _send(sub, [b"\x01\xff" + rng.randbytes(rng.randint(0, longest - 2))])
+
+
+def _rss(pid: int) -> float:
+    stats = proc_stats(pid)
+    assert stats is not None, f"process {pid} is gone"
+    return stats.rss_mb
+
+
+def _peak_rss(pid: int, seconds: float) -> float:
+    deadline, peak = time.monotonic() + seconds, 0.0
+    while time.monotonic() < deadline:
+        peak = max(peak, _rss(pid))
+        time.sleep(0.1)
+    return peak
 
 
 def test_a_subscription_flood_cannot_grow_the_job(tmp_path: Path, runtime_dir: Path) -> None:
+    """Subscriptions to topics nobody publishes: oversized ones get the peer dropped at the
+    door; small ones are read and refused, and must not pile up in the job either (libzmq keeps
+    them all, so past a cap the job resets its XPUB and says so in one line)."""
     rng = random.Random(11)
     stop = tmp_path / "stop"
     with training(tmp_path, "subs", "--until", str(stop), "--steps", "1000000") as job:
         pid = int(job.wait_line("started").split()[1])
-        endpoints = rank_file(runtime_dir, "subs")["endpoints"]
-        before = proc_stats(pid)
+        pub = rank_file(runtime_dir, "subs")["endpoints"]["pub"]
         ctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
         try:
-            sub = _connect(ctx, zmq.XSUB, endpoints["pub"])
-            for _ in range(SUBSCRIPTIONS):
-                _send(sub, [b"\x01" + rng.randbytes(rng.randint(1, 1024))])
-            # The job drops a peer that sends an oversized subscription, so the flooding
-            # connection may be gone: a fresh viewer proves the job still serves, and the
-            # settle time lets it take in whatever of the flood reached it.
-            time.sleep(1.0)
-            _subscriber_heard(_connect(ctx, zmq.XSUB, endpoints["pub"]))
-            during = proc_stats(pid)
+            base = _rss(pid)
+            big = _connect(ctx, zmq.XSUB, pub)
+            _flood(big, rng, OVERSIZED, 1024)
+            big_growth = _peak_rss(pid, WATCH_S) - base
+            big.close(0)
+            _subscriber_heard(_connect(ctx, zmq.XSUB, pub))  # and the job still serves
+            base = _rss(pid)
+            small = _connect(ctx, zmq.XSUB, pub)
+            _flood(small, rng, SMALL, 64)
+            job.err.wait(lambda line: "subscriptions to no topic" in line, SENTINEL_S, "reset")
+            small.close(0)
+            _subscriber_heard(_connect(ctx, zmq.XSUB, pub))  # and the job still serves
+            small_growth = _peak_rss(pid, WATCH_S) - base
         finally:
             ctx.destroy(linger=0)
         stop.touch()
         result = job.finish()
     check_finished(result, summary_of(tmp_path))
-    assert before is not None and during is not None
-    grown = during.rss_mb - before.rss_mb
-    assert grown < SUBSCRIPTION_RSS_BOUND_MB, (
-        f"{SUBSCRIPTIONS} subscriptions grew RSS {grown:.0f} MB"
-    )
+    assert big_growth < FLOOD_RSS_BOUND_MB, f"{OVERSIZED} oversized: RSS +{big_growth:.0f} MB"
+    assert small_growth < FLOOD_RSS_BOUND_MB, f"{SMALL} small: RSS +{small_growth:.1f} MB"
+    said = warnings(result.stderr, "publisher: ")
+    assert len(said) == 1 and "subscriptions" in said[0], said

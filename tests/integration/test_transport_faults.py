@@ -26,11 +26,13 @@ from tests.integration._transport_helpers import (
 from traceml.config import Settings
 from traceml.errors import TransportError
 from traceml.records import RankEnd, StepRecord
+from traceml.transport.channels import MAX_HELD_SUBSCRIPTIONS
 from traceml.transport.codec import WELCOME, pack
 from traceml.transport.control import Request
 from traceml.transport.events import HeartbeatEvent
 from traceml.transport.publisher import Publisher
 from traceml.transport.runs import list_runs, resolve_run
+from traceml.transport.snapshot import MAX_JOBS
 from traceml.transport.subscriber import Subscriber
 
 
@@ -216,3 +218,70 @@ def test_a_record_that_cannot_be_packed_is_counted_not_raised(tmp_path: Path) ->
             )
         assert loop.publisher.stats.unpackable == 1 and loop.publisher.stats.errors == 0
     assert seen.steps[0] == [0, 1, 2, 4]
+
+
+@pytest.mark.parametrize("listen", ["ipc", "tcp"])
+def test_a_subscription_flood_resets_the_xpub_and_viewers_resync(
+    tmp_path: Path, listen: str
+) -> None:
+    """libzmq keeps every subscription a peer sends, even refused: past a cap the publisher
+    rebuilds its XPUB on the same endpoint, and an attached viewer re-syncs and misses nothing."""
+    settings = Settings(listen="tcp" if listen == "tcp" else "ipc", insecure=True)
+    with TxLoop(Publisher(make_info("flood-1"), settings, tmp_path)) as loop:
+        pub = loop.publisher
+        endpoint = pub.endpoints["pub"]
+        loop.steps(50)
+        seen = Seen()
+        with attach(tmp_path, "flood-1") as sub:
+            poll_until(sub, seen, lambda: seen.count() >= 50)
+            ctx = zmq.Context()
+            flood = ctx.socket(zmq.XSUB)
+            flood.setsockopt(zmq.LINGER, 0)
+            flood.setsockopt(zmq.SNDHWM, 100_000)
+            flood.connect(endpoint)
+            rng = random.Random(5)
+            for _ in range(2 * MAX_HELD_SUBSCRIPTIONS):
+                flood.send(b"\x01\xff" + rng.randbytes(rng.randint(0, 16)), zmq.NOBLOCK)
+            poll_until(sub, seen, lambda: pub.stats.resets >= 1)
+            assert listen == "tcp" or pub.endpoints["pub"] == endpoint
+            flood.close(0)
+            ctx.term()
+            loop.steps(50)
+            poll_until(sub, seen, lambda: seen.count() >= 100, timeout=20)
+            resyncs = sub.stats["resyncs"]
+        assert pub.stats.errors == 0
+    assert seen.seqs[0] == list(range(100))
+    assert resyncs >= 1
+
+
+def test_a_snapshot_request_over_the_limit_is_told_busy_and_served_later(tmp_path: Path) -> None:
+    """MAX_JOBS viewers that ask for a big snapshot and never read hold every slot: the next
+    viewer is answered BUSY (not silence, not a malformed reply), asks again, and once a slot
+    frees up gets everything."""
+    backlog = 60_000
+    settings = Settings(history_steps=backlog)
+    with TxLoop(Publisher(make_info("busy-1"), settings, tmp_path)) as loop:
+        pub = loop.publisher
+        loop.steps(backlog)
+        loop.wait_published(backlog, timeout=30)
+        ctx = zmq.Context()
+        stuck = []
+        for i in range(MAX_JOBS):
+            dealer = ctx.socket(zmq.DEALER)
+            dealer.setsockopt(zmq.LINGER, 0)
+            dealer.setsockopt(zmq.RCVHWM, 1)
+            dealer.connect(pub.endpoints["ctl"])
+            dealer.send(Request("snapshot", i + 1).pack())
+            stuck.append(dealer)
+        seen = Seen()
+        with attach(tmp_path, "busy-1") as sub:
+            poll_until(sub, seen, lambda: pub.stats.busy >= 2)
+            assert seen.count() == 0
+            for dealer in stuck:
+                dealer.close(0)
+            poll_until(sub, seen, lambda: seen.count() >= backlog, timeout=30)
+            malformed = sub.stats["malformed"]
+        ctx.term()
+        assert pub.stats.errors == 0
+    assert seen.seqs[0] == list(range(backlog))
+    assert malformed == 0

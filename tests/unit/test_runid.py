@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import time
 
 import pytest
 
@@ -55,6 +56,15 @@ def test_ranks_of_one_launcher_agree_and_jobs_differ() -> None:
     assert derived_run_id("train", {**env, "MASTER_ADDR": "g"}, 100, 1.7e9) != one
     restarted = {**env, "MASTER_PORT": "2"}  # torchelastic moved the store; same agent
     assert derived_run_id("train", restarted, 100, 1.7e9) == one
+
+
+def test_without_a_start_time_the_stamp_is_now_not_1970() -> None:
+    """psutil denied the launcher's start time: the id still says when the run began."""
+    before = time.strftime("%Y%m%d-%H%M%S", time.localtime(time.time() - 1))
+    run_id = derived_run_id("train", {}, 100, None)
+    after = time.strftime("%Y%m%d-%H%M%S", time.localtime(time.time() + 1))
+    assert READABLE.fullmatch(run_id), run_id
+    assert before <= run_id[len("train-") : -len("-abcd")] <= after, run_id
 
 
 def test_under_torchrun_the_launcher_is_the_parent() -> None:

@@ -97,3 +97,13 @@ def test_prune_removes_only_old_dead_runs_and_only_our_files(tmp_path: Path) -> 
     assert not old.path.exists()
     assert sorted(p.name for p in keep.path.iterdir()) == ["notes.txt"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["live-1", "mixed-1", "young-1"]
+
+
+def test_prune_removes_a_fallback_summary_as_ours(tmp_path: Path) -> None:
+    """A run whose summary fell back into its run dir leaves nothing behind once pruned."""
+    old = write_run(tmp_path, "fell-back-1", pid=dead_pid(), updated=NOW - 8 * 86400)
+    (old.path / "final_summary.fallback.json").write_text("{}")
+    (old.path / "final_summary.fallback.json.bak").write_text("not ours")
+    runs = list_runs(tmp_path, include_finished=True, now=NOW)
+    assert prune_runs(runs, now=NOW) == ["fell-back-1"]
+    assert sorted(p.name for p in old.path.iterdir()) == ["final_summary.fallback.json.bak"]

@@ -31,7 +31,12 @@ class PublisherStats:
     snapshots: int = 0
     """Snapshots (and pings) answered to the end."""
     abandoned: int = 0
-    """Snapshots given up: the viewer went away, stalled, or too many at once."""
+    """Snapshots given up: the viewer went away or stalled."""
+    busy: int = 0
+    """Requests answered "busy" because MAX_JOBS snapshots were in progress (the viewer asks
+    again soon)."""
+    resets: int = 0
+    """Times the XPUB was rebuilt because its peers held too many subscriptions (a flood)."""
     errors: int = 0
     """Unexpected failures swallowed to keep training going (each kind logged once)."""
 

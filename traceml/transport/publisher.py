@@ -4,12 +4,13 @@ Everything here runs in the rank's tx thread and never blocks: sends are non-blo
 (counted) when a viewer's queue is full, and service() does bounded work per call. Only open() may
 raise (TransportError); every other method counts its failures and carries on. A forked child
 (a DataLoader worker) that inherits the object finds every method a no-op: it must never touch
-the parent's sockets.
+the parent's sockets. Its few warnings (one line per kind of failure) go to fd 2 with os.write,
+never through `logging`: at shutdown the thread that waits for the tx thread may be a SIGTERM
+handler that interrupted a thread holding a logging lock.
 """
 
 from __future__ import annotations
 
-import logging
 import os
 import time
 from collections.abc import Callable, Sequence
@@ -21,7 +22,7 @@ import zmq
 from traceml.config import Settings
 from traceml.errors import SchemaError, TransportError
 from traceml.records import RankEnd, RankInfo, StepRecord, SystemSample
-from traceml.transport.channels import Channels
+from traceml.transport.channels import MAX_HELD_SUBSCRIPTIONS, Channels
 from traceml.transport.codec import KINDS, Header, Kind, pack, pack_array, topic
 from traceml.transport.control import Request
 from traceml.transport.counters import PublisherStats
@@ -39,8 +40,6 @@ from traceml.transport.runfile import (
 from traceml.transport.runid import process_start
 from traceml.transport.security import KeyPair, new_keypair
 from traceml.transport.snapshot import SnapshotServer, StreamId
-
-_log = logging.getLogger("traceml.transport")
 
 HEARTBEAT_S = 1.0
 FILE_UPDATE_S = 2.0
@@ -272,7 +271,7 @@ class Publisher:
             self.stats.errors += 1
             if what not in self._logged:
                 self._logged.add(what)
-                _log.warning("traceml: publisher: %s failed (%s); training goes on", what, err)
+                _warn(f"{what} failed ({err}); training goes on")
 
     def _publish(self, kind: Kind, seq: int, body: bytes, records: int = 0) -> None:
         s = self._stream
@@ -333,14 +332,22 @@ class Publisher:
         for _ in range(MAX_INBOUND_PER_CALL):
             msg = self._ch.read_pub()
             if msg is None:
-                return
-            well_formed = len(msg) == 1 and msg[0][:1] in (b"\x00", b"\x01")
-            if not well_formed or not self._ch.apply_subscription(msg[0]):
+                break
+            if not self._ch.apply_subscription(msg):
                 self.stats.rejected += 1
             elif msg[0][:1] == b"\x01":
                 self.stats.subscriptions += 1
             else:
                 self._ch.caught_up()
+        if not self._ch.keep_bounded():
+            return
+        self.stats.resets += 1
+        if "flood" not in self._logged:
+            self._logged.add("flood")
+            _warn(
+                f"a peer sent over {MAX_HELD_SUBSCRIPTIONS} subscriptions to no topic; the live"
+                " socket was reset to bound memory (viewers re-sync); training goes on"
+            )
 
     def _meta(self, request: Request) -> dict[str, Any]:
         _, events = self._events.since(request.events_since)
@@ -404,6 +411,16 @@ class Publisher:
     def stats_dict(self) -> dict[str, int]:
         """The counters as a plain dict (for logs, tests and benchmarks)."""
         return self.stats.as_dict()
+
+
+def _warn(text: str) -> None:
+    """One `traceml: publisher: ...` line on fd 2, taking no Python lock; never raises."""
+    data = f"traceml: publisher: {text}\n".encode("utf-8", "backslashreplace")
+    try:
+        while data:
+            data = data[os.write(2, data) :]
+    except OSError:
+        return
 
 
 def _owner(run_dir: RunDir, rank: int) -> str:

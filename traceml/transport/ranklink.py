@@ -8,6 +8,7 @@ block: a request that cannot go out now is retried on a later tick.
 from __future__ import annotations
 
 import math
+import random
 from collections.abc import Callable
 from typing import Any
 
@@ -43,6 +44,9 @@ DEALER_RCVHWM = 64
 DEALER_SNDHWM = 4
 REQUEST_TIMEOUT_S = 3.0
 """A snapshot with no part for this long is asked for again."""
+BUSY_RETRY_S = (0.2, 0.5)
+"""A rank that answered BUSY (serving its maximum of snapshots) is asked again after a random
+delay in this range, so the viewers it turned away do not come back all at once."""
 WELCOME_WAIT_S = 1.0
 """Ask for the first snapshot after this long even if no XPUB welcome came."""
 FILE_CHECK_S = 1.0
@@ -99,6 +103,7 @@ class RankLink:
         self._req = 0
         self._inflight: int | None = None
         self._heard_reply = 0.0
+        self._retry_at = 0.0
         self._part = 0
         self._meta: dict[str, Any] | None = None
         self._chunks: list[StepRecord] = []
@@ -135,6 +140,8 @@ class RankLink:
         if self._inflight is not None or not self.stitch.want_resync or self.liveness.ended:
             return
         if not self._welcomed and now - self._created < WELCOME_WAIT_S:
+            return
+        if now < self._retry_at:
             return
         self._req += 1
         s = self.stitch
@@ -279,10 +286,19 @@ class RankLink:
         self._heard_reply = now
         if header.part == 0:
             self._meta, self._chunks = _map(unpack(frames[1], "snapshot"), "snapshot"), []
+            if header.done and self._meta.get("busy") is True:
+                return self._busy(now)
         else:
             self._chunks.extend(decode_steps(frames[1]))
         self._part += 1
         return self._finish(header) if header.done else []
+
+    def _busy(self, now: float) -> list[Event]:
+        """The rank is serving its maximum of snapshots: ask again shortly."""
+        self._inflight, self._meta = None, None
+        self._retry_at = now + random.uniform(*BUSY_RETRY_S)
+        self.stitch.want_resync = True
+        return []
 
     def _finish(self, header: Header) -> list[Event]:
         meta, chunks = self._meta, self._chunks

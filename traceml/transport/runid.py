@@ -87,11 +87,15 @@ def process_start(pid: int) -> float | None:
 
 
 def derived_run_id(stem: str, env: Mapping[str, str], pid: int, start: float | None) -> str:
-    """`<stem>-<yyyymmdd-hhmmss>-<4 hex>`: deterministic in its inputs, so ranks agree."""
+    """`<stem>-<yyyymmdd-hhmmss>-<4 hex>`: deterministic in its inputs, so ranks agree.
+
+    With no start time (psutil denied it) the stamp is the current time, so the id still says
+    when the run began; ranks then agree unless they derive it across a second boundary.
+    """
     # Not MASTER_PORT: a torchelastic restart keeps the agent (the launcher) but may move the
     # job's store to a new port, and a restart is the same run (a new incarnation).
     master = env.get("MASTER_ADDR", "")
     key = f"{master}|{pid}|{start if start is None else round(start, 2)}"
     digest = hashlib.sha1(key.encode(), usedforsecurity=False).hexdigest()[:4]
-    stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(start if start is not None else 0))
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(time.time() if start is None else start))
     return f"{stem}-{stamp}-{digest}"

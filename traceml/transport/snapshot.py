@@ -3,7 +3,8 @@
 A job holds references to the history as it was when the request came (the viewer stitches live
 records after that point by seq) and builds one part at a time, so the tx thread never holds the
 GIL for long. Malformed or oversized requests are dropped and counted; a job that makes no
-progress for JOB_TIMEOUT_S, or whose viewer left, is abandoned.
+progress for JOB_TIMEOUT_S, or whose viewer left, is abandoned. A request beyond MAX_JOBS gets a
+one-part BUSY reply at once, so its viewer asks again soon instead of waiting for a timeout.
 """
 
 from __future__ import annotations
@@ -25,7 +26,9 @@ CHUNK_RECORDS = 2048
 """Records per snapshot part (about 200 KB)."""
 JOB_TIMEOUT_S = 10.0
 MAX_JOBS = 8
-"""Snapshots served at once; further requests are dropped (the viewer asks again)."""
+"""Snapshots served at once; further requests are answered BUSY (the viewer asks again)."""
+BUSY: dict[str, Any] = {"busy": True}
+"""Body of the reply to a request over MAX_JOBS: part 0, done, and nothing else."""
 MAX_REQUESTS_PER_CALL = 64
 SERVICE_BUDGET_S = 0.002
 """Time one serve() call may spend sending parts."""
@@ -129,7 +132,7 @@ class SnapshotServer:
     def _queue(self, identity: bytes, request: Request, now: float) -> None:
         """A snapshot job, or for "ping" a job of just the metadata part."""
         if len(self._jobs) >= MAX_JOBS:
-            self._stats.abandoned += 1
+            self._busy(identity, request)
             return
         meta = self._meta(request)
         items: list[bytes] = []
@@ -139,6 +142,14 @@ class SnapshotServer:
             first, items = self._history.since(request.since)
             meta |= {"first": first, "count": len(items)}
         self._jobs.append(SnapshotJob(identity, request.req, self._stream, meta, items, now))
+
+    def _busy(self, identity: bytes, request: Request) -> None:
+        """Tell the viewer to ask again soon; a reply that cannot go out now is not retried."""
+        s = self._stream
+        seq = self._history.next_seq - 1
+        header = Header(s.run, s.rank, s.inc, seq, time.time(), req=request.req, part=0, done=True)
+        self._channels.reply([identity, header.pack(), pack(BUSY)])
+        self._stats.busy += 1
 
     def serve(self, now: float) -> None:
         """Send parts round-robin until every queue is full or SERVICE_BUDGET_S is spent."""

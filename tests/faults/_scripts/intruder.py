@@ -19,6 +19,7 @@ import os
 import pwd
 import socket
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -72,8 +73,14 @@ def unix(endpoint: str) -> str:
     return "connected"
 
 
-def heard(ctx: zmq.Context[zmq.Socket[bytes]], kind: int, endpoint: str, key: str | None) -> bool:
-    """Whether a socket of `kind`, with a made-up CURVE server key or none, hears anything."""
+LISTEN_S = 1.5
+
+
+def probe_socket(
+    ctx: zmq.Context[zmq.Socket[bytes]], kind: int, endpoint: str, key: str | None
+) -> zmq.Socket[bytes]:
+    """A SUB (subscribed to all) or a DEALER (with a snapshot request sent), as a CURVE client
+    of the server key `key` when given, connected to `endpoint`."""
     sock = ctx.socket(kind)
     sock.setsockopt(zmq.LINGER, 0)
     if key is not None:
@@ -83,9 +90,25 @@ def heard(ctx: zmq.Context[zmq.Socket[bytes]], kind: int, endpoint: str, key: st
     sock.connect(endpoint)
     if kind == zmq.DEALER:
         sock.send(Request("snapshot", 1).pack(), zmq.NOBLOCK)
-    got = bool(sock.poll(1500))
-    sock.close(0)
-    return got
+    return sock
+
+
+def heard(socks: dict[str, zmq.Socket[bytes]]) -> dict[str, bool]:
+    """Which of `socks` receive anything within LISTEN_S, listening to all of them at once."""
+    poller = zmq.Poller()
+    for sock in socks.values():
+        poller.register(sock, zmq.POLLIN)
+    silent = dict(socks)
+    deadline = time.monotonic() + LISTEN_S
+    while silent and (left := deadline - time.monotonic()) > 0:
+        ready = dict(poller.poll(int(left * 1000) + 1))
+        for name, sock in list(silent.items()):
+            if sock in ready:
+                poller.unregister(sock)
+                del silent[name]
+    for sock in socks.values():
+        sock.close(0)
+    return {name: name not in silent for name in socks}
 
 
 def control(ctx: zmq.Context[zmq.Socket[bytes]], run: Path, pub: str) -> dict[str, Any]:
@@ -94,7 +117,7 @@ def control(ctx: zmq.Context[zmq.Socket[bytes]], run: Path, pub: str) -> dict[st
     return {
         "read": read(run / "rank-0.json"),
         "unix": unix(pub),
-        "heard": heard(ctx, zmq.SUB, pub, key),
+        "heard": heard({"sub": probe_socket(ctx, zmq.SUB, pub, key)})["sub"],
     }
 
 
@@ -122,11 +145,13 @@ def main_() -> int:
         "list_runtime": listdir(Path(runtime)),
         "read": {name: read(run / name) for name in ("run.json", "rank-0.json")},
         "unix": {"pub": unix(pub), "ctl": unix(ctl)},
-        "heard": {
-            "sub": heard(ctx, zmq.SUB, pub, None),
-            "dealer": heard(ctx, zmq.DEALER, ctl, None),
-            "sub_wrong_key": heard(ctx, zmq.SUB, pub, fake),
-        },
+        "heard": heard(
+            {
+                "sub": probe_socket(ctx, zmq.SUB, pub, None),
+                "dealer": probe_socket(ctx, zmq.DEALER, ctl, None),
+                "sub_wrong_key": probe_socket(ctx, zmq.SUB, pub, fake),
+            }
+        ),
     }
     ctx.term()
     print(json.dumps(report), flush=True)

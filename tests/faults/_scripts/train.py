@@ -1,7 +1,7 @@
 """A small CPU training loop for the fault tests; run by `traceml run` or directly (it inits).
 
     python train.py [--steps N] [--until FILE] [--sleep S] [--shutdown [--term-in-shutdown]]
-                    [--term-in-import] [--device DEV]
+                    [--term-in-import] [--term-holding-log-lock] [--device DEV]
 
 Prints `started <pid>` once the first step is done, `progress <step> <epoch s>` about every
 0.2 s, and `steps <N>` at the very end: the test compares N with the summary's step count.
@@ -9,12 +9,15 @@ With --until, it trains until FILE exists (at most --steps steps). With --shutdo
 `shutting down` and calls traceml.shutdown() itself before the last line; --term-in-shutdown
 also sends itself SIGTERM twice from another thread the moment that shutdown has begun. With
 --term-in-import, after its last line it gets SIGTERM while the main thread holds the import
-lock (as when a TERM lands in one of torch's lazy imports at exit).
+lock (as when a TERM lands in one of torch's lazy imports at exit). With
+--term-holding-log-lock, after its last line it gets SIGTERM while the main thread holds the root
+logging handler's lock.
 """
 
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import signal
 import sys
@@ -62,6 +65,15 @@ def term_during_import() -> None:
         pass
 
 
+def term_holding_log_lock() -> None:
+    """SIGTERM this process while its main thread holds the root logging handler's lock, as a
+    signal that lands in the middle of the script's own logging call does."""
+    logging.basicConfig()
+    logging.getLogger().handlers[0].acquire()
+    os.kill(os.getpid(), signal.SIGTERM)
+    time.sleep(30)
+
+
 def main() -> int:
     p = argparse.ArgumentParser()
     p.add_argument("--steps", type=int, default=200)
@@ -70,6 +82,7 @@ def main() -> int:
     p.add_argument("--shutdown", action="store_true")
     p.add_argument("--term-in-shutdown", action="store_true")
     p.add_argument("--term-in-import", action="store_true")
+    p.add_argument("--term-holding-log-lock", action="store_true")
     p.add_argument("--device", default="cpu")
     args = p.parse_args()
     traceml.init()
@@ -95,6 +108,9 @@ def main() -> int:
             print(f"progress {done} {now:.3f}", flush=True)
         if args.sleep > 0:
             time.sleep(args.sleep)
+    if args.term_holding_log_lock:
+        print(f"steps {done}", flush=True)
+        term_holding_log_lock()
     if args.shutdown:
         print("shutting down", flush=True)
         if args.term_in_shutdown:
