@@ -95,13 +95,17 @@ class StepRecord:
     """CUDA memory reserved by the caching allocator at the step's end; None without CUDA."""
     device_peak_mb: float | None = None
     """Peak CUDA memory allocated during the step; None without CUDA."""
+    comm_wait_ms: float | None = None
+    """Part of `backward` spent waiting for DDP's gradient all-reduce after the last gradient
+    bucket was ready (not a phase of its own); None when not measured (no DDP, a user comm hook,
+    CUDA). On the wire it is a 12th field, left out when None: older readers ignore it."""
 
     def phase(self, name: Phase) -> float | None:
         """Milliseconds spent in `name`, None when the loop has no such phase."""
         return self.phases[PHASES.index(name)]
 
     def to_wire(self) -> list[Any]:
-        return [
+        wire = [
             WIRE_VERSION,
             self.rank,
             self.step,
@@ -114,6 +118,9 @@ class StepRecord:
             self.device_reserved_mb,
             self.device_peak_mb,
         ]
+        if self.comm_wait_ms is not None:
+            wire.append(self.comm_wait_ms)
+        return wire
 
     @classmethod
     def from_wire(cls, wire: Any) -> StepRecord:
@@ -138,6 +145,7 @@ class StepRecord:
             device_allocated_mb=_opt_float(w[8]),
             device_reserved_mb=_opt_float(w[9]),
             device_peak_mb=_opt_float(w[10]),
+            comm_wait_ms=_opt_float(w[11]) if len(w) > 11 else None,
         )
 
 

@@ -3,6 +3,7 @@ with StepRecord.from_wire."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import msgpack
@@ -88,6 +89,17 @@ def test_steps_decode_through_the_fast_path_like_from_wire() -> None:
     assert decode_steps(body) == (STEP, STEP)
     wire = unpack(pack(STEP.to_wire()), "t", use_list=False)
     assert step_from_wire(wire, finite=True) == StepRecord.from_wire(list(wire))
+
+
+def test_a_measured_comm_wait_travels_as_a_twelfth_field() -> None:
+    waited = dataclasses.replace(STEP, comm_wait_ms=1.5)
+    assert len(waited.to_wire()) == len(STEP.to_wire()) + 1
+    assert decode_steps(pack_array([pack(waited.to_wire()), pack(STEP.to_wire())])) == (
+        waited,
+        STEP,
+    )
+    wire = unpack(pack(waited.to_wire()), "t", use_list=False)
+    assert step_from_wire(wire, finite=True).comm_wait_ms == 1.5
 
 
 @pytest.mark.parametrize("bad", [math.nan, -math.nan, math.inf, -math.inf])

@@ -7,9 +7,11 @@ import random
 import pytest
 
 from traceml.analysis.stats import (
+    SERIES_POINTS,
     BlockSeries,
     LogHistogram,
     PhaseTotals,
+    RecentStats,
     SystemTotals,
     WindowStats,
     max_opt,
@@ -209,3 +211,61 @@ def test_system_totals_means_and_peaks_skip_unmeasured() -> None:
     assert totals.mean("gpu_util_pct") is None
     assert totals.peak("gpu_temp_c") == 70.0
     assert totals.peak("gpu_mem_used_mb") is None
+
+
+def random_records(n: int, seed: int) -> list[StepRecord]:
+    rng = random.Random(seed)
+
+    def maybe(value: float) -> float | None:
+        return None if rng.random() < 0.3 else value
+
+    out = []
+    for step in range(n):
+        phases = (*(maybe(rng.uniform(0, 20)) for _ in range(6)), None)
+        out.append(
+            rec(
+                step * 3 + 1,
+                rng.uniform(5, 50),
+                phases=phases,
+                host_rss_mb=maybe(rng.uniform(100, 200)),
+                device_allocated_mb=maybe(rng.uniform(1000, 2000)),
+                device_reserved_mb=maybe(rng.uniform(2000, 3000)),
+                device_peak_mb=maybe(rng.uniform(1500, 2500)),
+                clock=rng.choice(["host", "cuda"]),
+            )
+        )
+    return out
+
+
+@pytest.mark.parametrize(("n", "seed"), [(0, 0), (1, 1), (7, 2), (100, 3), (256, 4)])
+def test_recent_stats_equal_window_stats(n: int, seed: int) -> None:
+    records = random_records(n, seed)
+    fast, slow = RecentStats(records), WindowStats.of(records)
+    assert (fast.count, fast.step_total_ms, fast.mean_ms) == (
+        slow.count,
+        slow.step_total_ms,
+        slow.mean_ms,
+    )
+    assert fast.phases.means() == slow.phases.means()
+    assert fast.phases.shares() == slow.phases.shares()
+    for channel in range(3):
+        assert fast.series.points(channel) == slow.series.points(channel)
+    assert fast.host_rss_peak_mb == slow.host_rss_peak_mb
+    assert fast.device_peak_allocated_mb == slow.device_peak_allocated_mb
+    assert fast.device_peak_reserved_mb == slow.device_peak_reserved_mb
+    assert fast.clock == slow.clock
+    assert fast.sorted_ms == sorted(r.step_ms for r in records)
+
+
+def test_recent_stats_refuse_more_than_a_series_holds() -> None:
+    with pytest.raises(ValueError, match="WindowStats"):
+        RecentStats([rec(s) for s in range(SERIES_POINTS + 1)])
+
+
+def test_a_remembered_slope_is_the_slope() -> None:
+    series = tuple((s, 100.0 + 2.0 * s + (s % 3)) for s in range(100))
+    expected = series_slope(list(series))
+    assert series_slope(series) == expected
+    assert series_slope(series) == expected, "second call answered from the cache"
+    assert series_slope(series, limit=8) == series_slope(list(series), limit=8)
+    assert series_slope(((1, 1.0),)) is None

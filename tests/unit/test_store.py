@@ -196,3 +196,56 @@ def test_views_can_be_taken_while_another_thread_writes() -> None:
     writer.join()
     assert errors == []
     assert store.total_steps(1) == 800
+
+
+def test_a_live_window_is_reused_until_its_rank_changes() -> None:
+    store = RunStore()
+    run(store, 10, rank=0)
+    run(store, 10, rank=1)
+    first = store.live_view()
+    again = store.live_view()
+    assert again.ranks[0] is first.ranks[0] and again.ranks[1] is first.ranks[1]
+    store.add_steps([rec(1, 10, step_ms=300.0)])
+    fresh = store.live_view()
+    assert fresh.ranks[0] is first.ranks[0], "rank 0 did not change"
+    assert fresh.ranks[1].steps == 11 and fresh.ranks[1].total_steps == 11
+    assert fresh.ranks[1].p95_ms is not None and fresh.ranks[1].p95_ms > 100.0
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        lambda s: s.set_rank_state(0, "stalled"),
+        lambda s: s.set_dropped(0, 3),
+        lambda s: s.add_end(RankEnd(0, "ok", 5, 1.0)),
+        lambda s: s.add_info(RankInfo("run", 0, 0, 1, "node-7", 1, 1.0, "x.py")),
+        lambda s: s.add_steps([rec(0, 2)]),  # a late record inside the window
+    ],
+)
+def test_a_cached_live_window_is_rebuilt_after_any_change(change: object) -> None:
+    store = RunStore()
+    store.add_steps([rec(0, s) for s in (0, 1, 3, 4)])
+    before = store.live_view().ranks[0]
+    change(store)  # type: ignore[operator]
+    after = store.live_view().ranks[0]
+    assert after is not before and after != before
+
+
+def test_a_repeated_record_or_state_keeps_the_cached_window() -> None:
+    store = RunStore()
+    run(store, 5)
+    store.set_rank_state(0, "live")
+    store.set_dropped(0, 0)
+    before = store.live_view().ranks[0]
+    store.add_steps([rec(0, 3)])
+    store.set_rank_state(0, "live")
+    store.set_dropped(0, 0)
+    assert store.live_view().ranks[0] is before
+
+
+def test_other_window_sizes_are_not_served_from_the_cache() -> None:
+    store = RunStore()
+    run(store, 50)
+    assert store.live_view(10).ranks[0].steps == 10
+    assert store.live_view(20).ranks[0].steps == 20
+    assert store.live_view(300).ranks[0].steps == 50

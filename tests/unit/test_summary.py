@@ -288,3 +288,14 @@ def test_shipped_schema_is_draft_2020_12() -> None:
     schema = load_schema()
     assert schema["$schema"] == "https://json-schema.org/draft/2020-12/schema"
     assert schema["properties"]["schema"]["const"] == SUMMARY_SCHEMA
+
+
+def test_a_restarted_job_says_which_incarnation_it_describes() -> None:
+    from traceml.analysis.render import render_card
+
+    store = cpu_store()
+    assert build(store)["run"]["restarts"] == 0
+    store.add_info(RankInfo("run-1", 0, host="box", script="train.py", incarnation=2))
+    summary = build(store)
+    assert summary["run"]["restarts"] == 2
+    assert "after 2 restarts" in render_card(summary)

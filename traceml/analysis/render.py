@@ -44,6 +44,8 @@ def _header(run: Mapping[str, Any], steps: int, width: int) -> list[str]:
     where += "s" if run["hosts"] != 1 else ""
     torch = f"torch {run['torch']}" if run["torch"] else "torch n/a"
     facts = [f"exit {run['exit']}", _duration(run["duration_s"]), f"{steps} steps", where]
+    if run.get("restarts"):
+        facts.append(f"after {run['restarts']} restart{'s' if run['restarts'] != 1 else ''}")
     facts += [run["device"], torch]
     title = f"TraceML  {run['script'] or '?'}  run {run['id']}"
     return [*_wrap(title, width, ""), *_wrap(" · ".join(facts), width, ""), "─" * width]
@@ -74,7 +76,19 @@ def _phase_lines(step: Mapping[str, Any], width: int) -> list[str]:
         lines.append(
             f"  {name:<{LABEL}}{_bar(value / 100, bar_width)} {value:5.1f} % {phase_ms:>9}"
         )
+        if name == "backward":
+            lines += _comm_line(step, bar_width)
     return lines
+
+
+def _comm_line(step: Mapping[str, Any], bar_width: int) -> list[str]:
+    """The all-reduce wait inside backward, indented under it; nothing when not measured."""
+    value, mean = step.get("comm_wait_pct"), step.get("mean_ms")
+    if value is None:
+        return []
+    wait_ms = ms(value / 100 * mean) if mean is not None else "n/a"
+    label = "↳ comm wait"
+    return [f"  {label:<{LABEL}}{' ' * bar_width} {value:5.1f} % {wait_ms:>9}"]
 
 
 def _step_section(step: Mapping[str, Any], width: int) -> list[str]:
@@ -108,11 +122,14 @@ def _rank_rows(ranks: list[Mapping[str, Any]]) -> list[str]:
     if len(ranks) > MAX_RANK_ROWS:
         shown = sorted(ranks, key=lambda r: -(r["lag_pct"] or 0.0))[:MAX_RANK_ROWS]
         shown.sort(key=lambda r: r["rank"])
-    rows = ["  rank  host          steps   median      p95  data %  lag %  state     exit"]
+    wait = any(r.get("comm_wait_pct") is not None for r in shown)
+    head = "  rank  host          steps   median      p95  data %"
+    rows = [head + (" wait %" if wait else "") + "  lag %  state     exit"]
     for r in shown:
+        waits = f" {_opt(r.get('comm_wait_pct'), '6.1f'):>6}" if wait else ""
         rows.append(
             f"  {r['rank']:>4}  {r['host'][:12]:<12} {r['steps']:>6} {ms(r['median_ms']):>8}"
-            f" {ms(r['p95_ms']):>8} {_opt(r['dataloader_pct'], '6.1f'):>7}"
+            f" {ms(r['p95_ms']):>8} {_opt(r['dataloader_pct'], '6.1f'):>7}{waits}"
             f" {_opt(r['lag_pct'], '+5.1f'):>6}  {r['state']:<9} {r['exit'] or '-'}"
         )
     if len(shown) < len(ranks):
@@ -146,7 +163,10 @@ def render_card(summary: Mapping[str, Any], width: int = 80) -> str:
     lines += [*_step_section(step, width), ""]
     lines += [*_memory_section(summary["step_memory"]), ""]
     if len(summary["ranks"]) > 1:
-        lines += ["Ranks  (lag vs the median rank, % of a step)", *_rank_rows(summary["ranks"]), ""]
+        waits = any(r.get("comm_wait_pct") is not None for r in summary["ranks"])
+        title = "Ranks  (lag vs the median rank, % of a step"
+        title += "; wait: in the all-reduce)" if waits else ")"
+        lines += [title, *_rank_rows(summary["ranks"]), ""]
     lines += [_system_line(summary["system"])]
     others = [f for f in summary["findings"] if not _same(f, summary["primary"])]
     others = [f for f in others if f["kind"] != "BALANCED"]

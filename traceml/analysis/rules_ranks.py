@@ -8,7 +8,7 @@ times differ by more than that), the whole step is compared instead. Pure functi
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from traceml.analysis.rules import (
@@ -25,10 +25,13 @@ from traceml.analysis.stats import median
 from traceml.records import PHASES, Finding
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     from traceml.analysis.view import RankWindow, RunView
     from traceml.config import Thresholds
     from traceml.records import Phase
 
+STRAGGLER_KINDS = ("STRAGGLER", "INPUT_STRAGGLER", "COMPUTE_STRAGGLER")
 PRE_COLLECTIVE: tuple[Phase, ...] = ("dataloader", "between", "forward", "other")
 """Phases that run before DDP's all-reduce; backward absorbs the wait for a slow rank."""
 
@@ -159,3 +162,29 @@ def input_straggler(view: RunView, th: Thresholds) -> Finding | None:
 def compute_straggler(view: RunView, th: Thresholds) -> Finding | None:
     """COMPUTE_STRAGGLER: a rank lags and its forward (or backward, unsynchronised) explains it."""
     return _straggler(view, th, "COMPUTE_STRAGGLER", COMPUTE_ACTION)
+
+
+def with_comm_wait(finding: Finding, waits_ms: Mapping[int, float]) -> Finding:
+    """A straggler finding plus what the other ranks pay for it: their measured all-reduce wait.
+
+    Args:
+        finding: Any finding; only the straggler kinds change.
+        waits_ms: Mean DDP all-reduce wait per step by rank, for the ranks that measured it.
+
+    Returns:
+        The finding with `evidence["comm_wait_ms"]` (waiting rank -> ms, the longest waits first)
+        and "rank 0 waits 12 ms/step for rank 1" in its summary; unchanged when nothing applies.
+    """
+    if finding.kind not in STRAGGLER_KINDS or not waits_ms:
+        return finding
+    slow = set(finding.evidence.get("ranks") or ())
+    waiting = sorted(((w, r) for r, w in waits_ms.items() if r not in slow), reverse=True)
+    if not waiting:
+        return finding
+    most, rank = waiting[0]
+    note = f"rank {rank} waits {ms(most)}/step for rank {finding.evidence.get('rank')}"
+    evidence = {
+        **finding.evidence,
+        "comm_wait_ms": {str(r): rounded(w) for w, r in waiting[:EVIDENCE_RANKS]},
+    }
+    return replace(finding, summary=f"{finding.summary}; {note}", evidence=evidence)

@@ -7,8 +7,11 @@ block-averaged series of at most `SERIES_POINTS` points.
 
 from __future__ import annotations
 
+import itertools
 import math
-from typing import TYPE_CHECKING
+import operator
+from functools import reduce
+from typing import TYPE_CHECKING, cast
 
 from traceml.records import PHASES, Clock, StepRecord, SystemSample
 
@@ -23,6 +26,11 @@ SLOPE_POINTS = 64
 
 Point = tuple[int, float]
 """(step index, value) of a series."""
+
+
+def total(values: Iterable[float]) -> float:
+    """0.0 plus each value in turn: the same float as a running `+=`, at C speed."""
+    return reduce(operator.add, values, 0.0)
 
 
 def max_opt(a: float | None, b: float | None) -> float | None:
@@ -62,8 +70,41 @@ def theil_sen_slope(points: Sequence[tuple[float, float]]) -> float | None:
     return median(slopes)
 
 
+class _SlopeCache:
+    """Slopes of recently seen series, so that a viewer re-diagnosing 1,000 ranks several times
+    a second fits only the ranks whose series changed. Two generations of at most `size` each:
+    a series not asked for during a whole generation is forgotten."""
+
+    def __init__(self, size: int = 4096) -> None:
+        self.size = size
+        self._new: dict[tuple[tuple[Point, ...], int], tuple[float | None]] = {}
+        self._old: dict[tuple[tuple[Point, ...], int], tuple[float | None]] = {}
+
+    def slope(self, series: tuple[Point, ...], limit: int) -> float | None:
+        key = (series, limit)
+        hit = self._new.get(key) or self._old.get(key)
+        if hit is None:
+            hit = (_slope(series, limit),)
+        if len(self._new) >= self.size:
+            self._old, self._new = self._new, {}
+        self._new[key] = hit
+        return hit[0]
+
+
+_SLOPES = _SlopeCache()
+
+
 def series_slope(series: Sequence[Point], limit: int = SLOPE_POINTS) -> float | None:
-    """Theil-Sen slope (value per step) of a series thinned to `limit` evenly spaced points."""
+    """Theil-Sen slope (value per step) of a series thinned to `limit` evenly spaced points.
+
+    Tuples (as RankWindow holds them) are remembered: the same series is fitted once.
+    """
+    if isinstance(series, tuple):
+        return _SLOPES.slope(series, limit)
+    return _slope(series, limit)
+
+
+def _slope(series: Sequence[Point], limit: int) -> float | None:
     if len(series) > limit:
         stride = (len(series) - 1) / (limit - 1)
         series = [series[round(i * stride)] for i in range(limit)]
@@ -135,6 +176,25 @@ class PhaseTotals:
                 self._ms[i] += value
                 self._step_ms[i] += step_ms
                 self._counts[i] += 1
+
+    @classmethod
+    def of_columns(cls, records: Sequence[StepRecord], step_ms: Sequence[float]) -> PhaseTotals:
+        """The totals `add` would reach over `records` (step times `step_ms`), column by column."""
+        out = cls()
+        every_step: float | None = None
+        for i, column in enumerate(zip(*(r.phases for r in records), strict=False)):
+            try:
+                out._ms[i] = total(cast("tuple[float, ...]", column))
+            except TypeError:  # a None: this phase was measured in some steps only
+                pairs = [(v, s) for v, s in zip(column, step_ms, strict=True) if v is not None]
+                out._ms[i] = total([v for v, _ in pairs])
+                out._step_ms[i] = total([s for _, s in pairs])
+                out._counts[i] = len(pairs)
+                continue
+            every_step = total(step_ms) if every_step is None else every_step
+            out._step_ms[i] = every_step
+            out._counts[i] = len(column)
+        return out
 
     def merge(self, other: PhaseTotals) -> None:
         for i in range(len(PHASES)):
@@ -302,6 +362,79 @@ class WindowStats:
         for rec in records:
             stats.add(rec)
         return stats
+
+
+class StepSeries:
+    """The series of a few consecutive steps at stride 1: one (step, value) point per step."""
+
+    __slots__ = ("_points",)
+
+    def __init__(self, points: tuple[tuple[Point, ...], ...]) -> None:
+        self._points = points
+
+    def points(self, channel: int) -> tuple[Point, ...]:
+        return self._points[channel]
+
+
+def _points(steps: Sequence[int], values: Sequence[float | None]) -> tuple[Point, ...]:
+    """As BlockSeries.points at stride 1 (a block's mean is 0.0 + its one value)."""
+    if None in values:
+        return tuple((s, 0.0 + v) for s, v in zip(steps, values, strict=True) if v is not None)
+    means = map(operator.add, itertools.repeat(0.0), cast("list[float]", values))
+    return tuple(zip(steps, means, strict=False))
+
+
+def _peak(values: Sequence[float | None]) -> float | None:
+    """As folding max_opt over `values`: the first largest, None when none was measured."""
+    if None in values:
+        return max((v for v in values if v is not None), default=None)
+    return max(cast("list[float]", values), default=None)
+
+
+class RecentStats:
+    """`WindowStats.of(records)` for at most SERIES_POINTS records in step order (a live window),
+    built column by column: the same additions in the same order, so the same values, at a
+    fraction of the cost (the viewer rebuilds one per changed rank per snapshot).
+
+    `sorted_ms` (the exact step times, sorted) stands in for WindowStats' histogram. Keep this
+    in step with `WindowStats.add` (tests/unit/test_stats.py compares the two).
+    """
+
+    __slots__ = (
+        "clock",
+        "count",
+        "device_peak_allocated_mb",
+        "device_peak_reserved_mb",
+        "host_rss_peak_mb",
+        "phases",
+        "series",
+        "sorted_ms",
+        "step_total_ms",
+    )
+
+    def __init__(self, records: Sequence[StepRecord]) -> None:
+        if len(records) > SERIES_POINTS:
+            raise ValueError(f"RecentStats takes at most {SERIES_POINTS} records: use WindowStats")
+        step_ms = [r.step_ms for r in records]
+        steps = [r.step for r in records]
+        rss = [r.host_rss_mb for r in records]
+        allocated = [r.device_allocated_mb for r in records]
+        self.count = len(records)
+        self.step_total_ms = total(step_ms)
+        self.sorted_ms = sorted(step_ms)
+        self.phases = PhaseTotals.of_columns(records, step_ms)
+        self.series = StepSeries(
+            (_points(steps, step_ms), _points(steps, rss), _points(steps, allocated))
+        )
+        self.host_rss_peak_mb = _peak(rss)
+        peaks = _peak([r.device_peak_mb for r in records])
+        self.device_peak_allocated_mb = max_opt(peaks, _peak(allocated))
+        self.device_peak_reserved_mb = _peak([r.device_reserved_mb for r in records])
+        self.clock: Clock = records[-1].clock if records else "host"
+
+    @property
+    def mean_ms(self) -> float | None:
+        return self.step_total_ms / self.count if self.count else None
 
 
 class RunningMean:

@@ -18,13 +18,15 @@ every step, so a short run still has numbers.
 from __future__ import annotations
 
 import bisect
+import dataclasses
 import itertools
 import math
 import threading
 from collections import deque
 from typing import TYPE_CHECKING
 
-from traceml.analysis.stats import SystemTotals, WindowStats, quantile
+from traceml.analysis.comm import CommTotals
+from traceml.analysis.stats import SERIES_POINTS, RecentStats, SystemTotals, WindowStats, quantile
 from traceml.analysis.view import RankState, RankWindow, RunView, ViewKind
 from traceml.config import DEFAULT_THRESHOLDS, Thresholds
 
@@ -55,6 +57,7 @@ class _Rank:
     """Everything the store keeps about one rank."""
 
     __slots__ = (
+        "comm",
         "dropped",
         "end",
         "evicted_max",
@@ -63,11 +66,13 @@ class _Rank:
         "info",
         "last_step",
         "last_system",
+        "live",
         "ring",
         "segments",
         "starts",
         "state",
         "system",
+        "version",
     )
 
     def __init__(self, history: int, starts: tuple[int, ...]) -> None:
@@ -79,6 +84,8 @@ class _Rank:
         """Highest step index pushed out of the ring; older or equal late records are ignored."""
         self.last_step = -1
         self.segments: dict[int, WindowStats] = {}
+        self.comm: dict[int, CommTotals] = {}
+        """DDP all-reduce wait totals per segment start, beside `segments` (DDP runs only)."""
         """Aggregates of [start, next start) by start; ones before the warm-up cut are dropped."""
         self.info: RankInfo | None = None
         self.end: RankEnd | None = None
@@ -86,6 +93,10 @@ class _Rank:
         self.dropped = 0
         self.system = SystemTotals()
         self.last_system: SystemSample | None = None
+        self.version = 0
+        """Bumped by every change a RankWindow shows (steps, info, end, state, dropped)."""
+        self.live: tuple[int, int, RankWindow] | None = None
+        """(version, window, RankWindow) of the last live window built: reused while current."""
 
     @property
     def total_steps(self) -> int:
@@ -96,12 +107,18 @@ class _Rank:
         if rec.step in self.in_ring or rec.step <= self.evicted_max:
             return
         self._push(rec)
+        self.version += 1
         self.last_step = max(self.last_step, rec.step)
         start = self.starts[bisect.bisect_right(self.starts, rec.step) - 1]
         segment = self.segments.get(start)
         if segment is None:
             segment = self.segments[start] = WindowStats(start)
         segment.add(rec)
+        if rec.comm_wait_ms is not None:
+            comm = self.comm.get(start)
+            if comm is None:
+                comm = self.comm[start] = CommTotals()
+            comm.add(rec)
         if not rec.step & PRUNE_EVERY_MASK:
             self._prune(warmup_target(self.total_steps, thresholds))
 
@@ -124,6 +141,7 @@ class _Rank:
             nxt = self.starts.index(start) + 1
             if nxt < len(self.starts) and self.starts[nxt] <= target:
                 del self.segments[start]
+                self.comm.pop(start, None)
 
     def summary_stats(self, thresholds: Thresholds) -> tuple[WindowStats, list[float] | None]:
         """Post-warm-up aggregates, plus the sorted step times when they are exact."""
@@ -134,21 +152,50 @@ class _Rank:
         parts = [a for s, a in sorted(self.segments.items()) if first is None or s >= first]
         return (WindowStats.merged(parts) if parts else WindowStats()), None
 
-    def live_stats(self, window: int) -> tuple[WindowStats, list[float] | None]:
+    def comm_stats(self, thresholds: Thresholds, window: int | None) -> CommTotals:
+        """All-reduce wait over the summary window, or over the last `window` steps (live)."""
+        if window is not None:
+            return CommTotals.of(itertools.islice(reversed(self.ring), max(0, window)))
+        start = summary_start(self.total_steps, thresholds)
+        if self.evicted_max < start:
+            return CommTotals.of(r for r in self.ring if r.step >= start)
+        first = min((s for s in self.segments if s >= start), default=None)
+        return CommTotals.merged(c for s, c in self.comm.items() if first is None or s >= first)
+
+    def live_stats(self, window: int) -> tuple[WindowStats | RecentStats, list[float] | None]:
         recent = list(itertools.islice(reversed(self.ring), window)) if window > 0 else []
-        return _exact(recent[::-1])
+        if len(recent) > SERIES_POINTS:
+            return _exact(recent[::-1])
+        stats = RecentStats(recent[::-1])
+        return stats, stats.sorted_ms
+
+    def live_window(self, rank: int, window: int) -> RankWindow:
+        """The live RankWindow of the last `window` steps, rebuilt only after a change."""
+        cached = self.live
+        if cached is not None and cached[0] == self.version and cached[1] == window:
+            return cached[2]
+        built = _window(rank, self, *self.live_stats(window))
+        comm = self.comm_stats(DEFAULT_THRESHOLDS, window)
+        if comm.steps:
+            built = dataclasses.replace(
+                built, comm_wait_share=comm.share, comm_wait_ms=comm.mean_ms
+            )
+        self.live = (self.version, window, built)
+        return built
 
 
 def _exact(records: Sequence[StepRecord]) -> tuple[WindowStats, list[float]]:
     return WindowStats.of(records), sorted(r.step_ms for r in records)
 
 
-def _window(rank: int, data: _Rank, stats: WindowStats, exact: list[float] | None) -> RankWindow:
+def _window(
+    rank: int, data: _Rank, stats: WindowStats | RecentStats, exact: list[float] | None
+) -> RankWindow:
     info, series = data.info, stats.series
-    if exact is None:
+    if exact is None and isinstance(stats, WindowStats):
         mid, p95 = stats.step_hist.quantile(0.5), stats.step_hist.quantile(0.95)
     else:
-        mid, p95 = quantile(exact, 0.5), quantile(exact, 0.95)
+        mid, p95 = quantile(exact or [], 0.5), quantile(exact or [], 0.95)
     return RankWindow(
         rank=rank,
         host=info.host if info else "",
@@ -201,7 +248,9 @@ class RunStore:
 
     def add_info(self, info: RankInfo) -> None:
         with self._lock:
-            self._rank(info.rank).info = info
+            data = self._rank(info.rank)
+            data.info = info
+            data.version += 1
 
     def add_steps(self, records: Sequence[StepRecord]) -> None:
         """Fold step records of any ranks, in any order; a repeated (rank, step) is ignored."""
@@ -221,14 +270,21 @@ class RunStore:
             data = self._rank(end.rank)
             data.end = end
             data.state = "finished"
+            data.version += 1
 
     def set_rank_state(self, rank: int, state: RankState) -> None:
         with self._lock:
-            self._rank(rank).state = state
+            data = self._rank(rank)
+            if data.state != state:
+                data.state = state
+                data.version += 1
 
     def set_dropped(self, rank: int, dropped: int) -> None:
         with self._lock:
-            self._rank(rank).dropped = dropped
+            data = self._rank(rank)
+            if data.dropped != dropped:
+                data.dropped = dropped
+                data.version += 1
 
     def ranks(self) -> list[int]:
         with self._lock:
@@ -265,8 +321,14 @@ class RunStore:
         """The last `window` steps per rank (default `thresholds.live_window`)."""
         size = self.thresholds.live_window if window is None else window
         with self._lock:
-            windows = [_window(r, d, *d.live_stats(size)) for r, d in sorted(self._ranks.items())]
+            windows = [d.live_window(r, size) for r, d in sorted(self._ranks.items())]
             return self._view(windows, "live")
+
+    def comm_totals(self, kind: ViewKind = "summary") -> dict[int, CommTotals]:
+        """DDP all-reduce wait per rank, over the summary window or the live window."""
+        window = self.thresholds.live_window if kind == "live" else None
+        with self._lock:
+            return {r: d.comm_stats(self.thresholds, window) for r, d in self._ranks.items()}
 
     def summary_view(self) -> RunView:
         """The whole run of every rank after warm-up (see the module docstring)."""

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from traceml._version import __version__
 from traceml.analysis.diagnose import diagnose
 from traceml.analysis.rules_memory import memory_growth
-from traceml.analysis.rules_ranks import rank_lags
+from traceml.analysis.rules_ranks import rank_lags, with_comm_wait
 from traceml.analysis.schema import SUMMARY_SCHEMA, validate_summary
 from traceml.analysis.stats import SYSTEM_MEANS, SYSTEM_PEAKS, max_opt, median, series_slope
 from traceml.config import DEFAULT_THRESHOLDS, Thresholds
@@ -31,6 +31,7 @@ from traceml.records import PHASES
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
+    from traceml.analysis.comm import CommTotals
     from traceml.analysis.diagnose import Diagnosis
     from traceml.analysis.store import RunStore
     from traceml.analysis.view import RankWindow, RunView
@@ -84,7 +85,14 @@ def _phase_pcts(shares: Sequence[float | None]) -> dict[str, float | None]:
     return {f"{name}_pct": _pct(share) for name, share in zip(PHASES, shares, strict=True)}
 
 
-def _step_time(view: RunView, diag: Diagnosis, th: Thresholds) -> dict[str, Any]:
+def _comm_share(view: RunView, comm: dict[int, CommTotals]) -> float | None:
+    """Median over ranks of the all-reduce wait's share of step time; None when not measured."""
+    return median(comm[r.rank].share for r in view.active if r.rank in comm)
+
+
+def _step_time(
+    view: RunView, diag: Diagnosis, th: Thresholds, comm: dict[int, CommTotals]
+) -> dict[str, Any]:
     return {
         "diagnosis": diag.step.kind,
         "steps": view.total_steps,
@@ -92,6 +100,7 @@ def _step_time(view: RunView, diag: Diagnosis, th: Thresholds) -> dict[str, Any]
         "p95_ms": _num(median(r.p95_ms for r in view.active)),
         "mean_ms": _num(view.median_mean_ms()),
         **_phase_pcts([view.median_share(p) for p in PHASES]),
+        "comm_wait_pct": _pct(_comm_share(view, comm)),
         "trend": step_trend(view, th),
     }
 
@@ -121,7 +130,7 @@ def _step_memory(view: RunView, diag: Diagnosis) -> dict[str, Any]:
     }
 
 
-def _rank_entry(rank: RankWindow, lag: float | None) -> dict[str, Any]:
+def _rank_entry(rank: RankWindow, lag: float | None, comm: CommTotals | None) -> dict[str, Any]:
     return {
         "rank": rank.rank,
         "host": rank.host,
@@ -129,6 +138,7 @@ def _rank_entry(rank: RankWindow, lag: float | None) -> dict[str, Any]:
         "median_ms": _num(rank.median_ms),
         "p95_ms": _num(rank.p95_ms),
         **_phase_pcts(rank.phase_share),
+        "comm_wait_pct": _pct(comm.share if comm is not None else None),
         "lag_pct": _pct(lag),
         "state": rank.state,
         "exit": rank.exit,
@@ -136,13 +146,16 @@ def _rank_entry(rank: RankWindow, lag: float | None) -> dict[str, Any]:
     }
 
 
-def _ranks(view: RunView, th: Thresholds) -> tuple[list[dict[str, Any]], int]:
+def _ranks(
+    view: RunView, th: Thresholds, comm: dict[int, CommTotals]
+) -> tuple[list[dict[str, Any]], int]:
     lags = {lag.rank: lag.lag for lag in rank_lags(view, th)}
     kept = list(view.ranks)
     if len(kept) > MAX_RANKS:
         kept = sorted(kept, key=lambda r: -lags.get(r.rank, -math.inf))[:MAX_RANKS]
         kept.sort(key=lambda r: r.rank)
-    return [_rank_entry(r, lags.get(r.rank)) for r in kept], len(view.ranks) - len(kept)
+    rows = [_rank_entry(r, lags.get(r.rank), comm.get(r.rank)) for r in kept]
+    return rows, len(view.ranks) - len(kept)
 
 
 def _system(store: RunStore) -> dict[str, Any]:
@@ -161,6 +174,12 @@ def _system(store: RunStore) -> dict[str, Any]:
         "gpu_mem_used_peak_mb": _num(peaks["gpu_mem_used_mb"], 1),
         "samples": sum(t.samples for t in totals),
     }
+
+
+def _restarts(store: RunStore) -> int:
+    """torchelastic restarts before the incarnation this summary describes."""
+    infos = (store.info(rank) for rank in store.ranks())
+    return max((info.incarnation for info in infos if info is not None), default=0)
 
 
 def build_summary(
@@ -189,7 +208,10 @@ def build_summary(
     """
     view = store.summary_view()
     diag = diagnose(view, thresholds)
-    ranks, omitted = _ranks(view, thresholds)
+    comm = store.comm_totals("summary")
+    ranks, omitted = _ranks(view, thresholds, comm)
+    waits = {r: c.mean_ms for r, c in comm.items() if c.mean_ms is not None}
+    findings = [with_comm_wait(f, waits) for f in diag.findings]
     run = {
         "id": run_id,
         "script": script,
@@ -203,17 +225,18 @@ def build_summary(
         "torch": torch_version or None,
         "traceml": __version__,
         "ranks_omitted": omitted,
+        "restarts": _restarts(store),
     }
-    primary = diag.primary.to_json()
+    primary = with_comm_wait(diag.primary, waits).to_json()
     return {
         "schema": SUMMARY_SCHEMA,
         "run": run,
         "primary": {k: primary[k] for k in ("kind", "severity", "summary", "action")},
-        "step_time": _step_time(view, diag, thresholds),
+        "step_time": _step_time(view, diag, thresholds, comm),
         "step_memory": _step_memory(view, diag),
         "ranks": ranks,
         "system": _system(store),
-        "findings": [f.to_json() for f in diag.findings],
+        "findings": [f.to_json() for f in findings],
     }
 
 

@@ -58,6 +58,11 @@ class RankWindow:
     """Records the rank had to drop because the viewer or transport fell behind; 0 = none."""
     exit: ExitKind | None = None
     """How the rank ended; None while it runs."""
+    comm_wait_share: float | None = None
+    """Live windows: fraction 0..1 of step time this rank's backward sat waiting for DDP's
+    all-reduce (a part of `backward`); None when not measured."""
+    comm_wait_ms: float | None = None
+    """Live windows: mean of that wait per step; None when not measured."""
 
     def ms(self, name: Phase) -> float | None:
         """Mean ms of one phase; None when not measured."""

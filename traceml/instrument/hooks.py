@@ -12,6 +12,8 @@ import weakref
 from collections.abc import Callable
 from typing import Any
 
+from traceml.instrument.comm import CommLink, CommWait, attach_ddp
+from traceml.instrument.probe import warn_once
 from traceml.instrument.timer import BACKWARD, DATALOADER, FORWARD, H2D, OPTIMIZER, StepTimer
 
 MAX_MODELS = 8
@@ -55,6 +57,9 @@ class Hooks:
         self._on_error = on_error
         self._undo: list[Callable[[], None]] = []
         self._models: dict[int, tuple[weakref.ref[Any], list[Any]]] = {}
+        self.comm = CommWait()
+        """DDP all-reduce wait of the current step, fed by the comm hook and backward's end."""
+        self._links: list[CommLink] = []
 
     @property
     def installed(self) -> int:
@@ -71,7 +76,11 @@ class Hooks:
             self._undo.append(lambda: delattr(owner, name))
 
     def _timed(
-        self, idx: int, original: Callable[..., Any], outer_only: bool = False
+        self,
+        idx: int,
+        original: Callable[..., Any],
+        outer_only: bool = False,
+        after: Callable[[], None] | None = None,
     ) -> Callable[..., Any]:
         timer, on_error = self._timer, self._on_error
 
@@ -87,6 +96,8 @@ class Hooks:
             finally:
                 try:
                     timer.end(idx)
+                    if after is not None:
+                        after()
                 except Exception as e:  # noqa: BLE001
                     on_error(e)
 
@@ -97,9 +108,14 @@ class Hooks:
         """Patch what auto mode needs; `h2d` only when the run uses CUDA."""
         dl = importlib.import_module("torch.utils.data.dataloader")._BaseDataLoaderIter
         self._patch(dl, "__next__", lambda f: self._timed(DATALOADER, f))
-        self._patch(torch.Tensor, "backward", lambda f: self._timed(BACKWARD, f))
+        done = self.comm.backward_done
+        self._patch(torch.Tensor, "backward", lambda f: self._timed(BACKWARD, f, after=done))
         # Tensor.backward calls torch.autograd.backward: time that one only when called directly.
-        self._patch(torch.autograd, "backward", lambda f: self._timed(BACKWARD, f, outer_only=True))
+        self._patch(
+            torch.autograd,
+            "backward",
+            lambda f: self._timed(BACKWARD, f, outer_only=True, after=done),
+        )
         self._install_optimizer(torch)
         if h2d:
             self.install_h2d(torch)
@@ -160,6 +176,22 @@ class Hooks:
             model.register_forward_hook(ForwardMark(self._timer, begin=False), always_call=True),
         ]
         self._models[key] = (weakref.ref(model), handles)
+        self.watch_ddp(model)
+
+    def watch_ddp(self, model: Any) -> None:
+        """Time DDP's gradient all-reduce of `model` (CPU DDP without a comm hook of its own).
+
+        A comm hook cannot be removed, so a user who registers one only after the first
+        `trace_step` gets DDP's "can only be called once" error: register hooks before training.
+        """
+        try:
+            link = attach_ddp(model, self.comm)
+        except Exception as e:  # noqa: BLE001 - not measured, training goes on untouched
+            warn_once("comm wait", f"DDP all-reduce wait not measured ({type(e).__name__}: {e})")
+            return
+        if link is not None:
+            self._links.append(link)
+            self._timer.use_comm(self.comm.take)
 
     def _forget_dead(self) -> None:
         for key in [k for k, (ref, _) in self._models.items() if ref() is None]:
@@ -177,3 +209,8 @@ class Hooks:
             for handle in handles:
                 handle.remove()
         self._models.clear()
+        for link in self._links:
+            link.comm = None
+        if self._links:
+            self._timer.use_comm(None)
+        self._links.clear()

@@ -11,7 +11,7 @@ from collections.abc import Callable, Sequence
 from itertools import pairwise
 from typing import Any
 
-from traceml.instrument.timer import N_PHASES, RawStep
+from traceml.instrument.timer import BACKWARD, N_PHASES, RawStep
 from traceml.records import StepRecord
 
 NS_PER_MS = 1_000_000.0
@@ -44,7 +44,7 @@ def to_record(
     Runs once per step on the tx thread, so it is written flat: this is most of that thread's
     cost per record, and the tx thread shares the GIL with training.
     """
-    step, start_ns, end_ns, phase_ns, seen, rss, _marks, dev = raw
+    step, start_ns, end_ns, phase_ns, seen, rss, _marks, dev, comm_ns = raw
     if phases_ms is None:
         values = [ns / NS_PER_MS for ns in phase_ns]
         step_ms = (end_ns - start_ns) / NS_PER_MS
@@ -52,6 +52,10 @@ def to_record(
         values = list(phases_ms)
         step_ms = sum(values)
     alloc, reserved, peak = dev if dev is not None else (None, None, None)
+    # A host-clock wait next to device-clock phases would mix clocks: CUDA steps leave it None.
+    comm_ms = None
+    if comm_ns >= 0 and phases_ms is None:
+        comm_ms = min(comm_ns / NS_PER_MS, values[BACKWARD])
     return StepRecord(
         rank,
         step,
@@ -63,4 +67,5 @@ def to_record(
         alloc,
         reserved,
         peak,
+        comm_ms,
     )

@@ -43,6 +43,8 @@ class RawStep(NamedTuple):
     """(label, event) boundaries of the step on CUDA, else None."""
     device_mem: tuple[float | None, float | None, float | None] | None
     """CUDA (allocated, reserved, peak) MB at the step's end, None without CUDA."""
+    comm_ns: int = -1
+    """Exposed DDP all-reduce wait of the step (see instrument.comm), -1 when not measured."""
 
 
 _new_raw = tuple.__new__
@@ -60,6 +62,7 @@ class StepTimer:
     __slots__ = (
         "_acc",
         "_clock",
+        "_comm",
         "_label",
         "_last_rss_ns",
         "_mark",
@@ -87,6 +90,7 @@ class StepTimer:
         self._read_rss = read_rss
         self._mark = mark
         self._read_device: Callable[[], Any] | None = None
+        self._comm: Callable[[], int] | None = None
         self._acc = [0] * N_PHASES
         self._stack: list[int] = []
         self._label = BETWEEN
@@ -116,6 +120,10 @@ class StepTimer:
         self._read_device = read_device
         if self._marks is None:
             self._marks = []
+
+    def use_comm(self, take: Callable[[], int] | None) -> None:
+        """From the next step end on, ask `take()` for the step's comm wait ns (None: stop)."""
+        self._comm = take
 
     # begin/end/enter inline `_switch` on purpose: they run several times per step, and a
     # Python call costs as much as the rest of their work.
@@ -184,7 +192,8 @@ class StepTimer:
             marks = tuple(self._marks)
             self._marks = [self._marks[-1]]
         dev = None if self._read_device is None else self._read_device()
-        raw = (self.step, step_start, t, tuple(self._acc), self.seen, rss, marks, dev)
+        comm = -1 if self._comm is None else self._comm()
+        raw = (self.step, step_start, t, tuple(self._acc), self.seen, rss, marks, dev, comm)
         self._out.append(_new_raw(RawStep, raw))
         self._acc = [0] * N_PHASES
         self.step += 1

@@ -159,7 +159,7 @@ def step_from_wire(w: Any, finite: bool = False) -> StepRecord:
     if (
         finite
         and type(w) is tuple
-        and len(w) == 11
+        and 11 <= len(w) <= 12
         and w[0] == WIRE_VERSION
         and type(w[1]) is int
         and type(w[2]) is int
@@ -171,7 +171,8 @@ def step_from_wire(w: Any, finite: bool = False) -> StepRecord:
         and _NUMBER.issuperset(map(type, w[5]))
         and _NUMBER.issuperset(map(type, w[7:]))
     ):
-        return StepRecord(w[1], w[2], w[3], w[4], w[5], w[6], w[7], w[8], w[9], w[10])
+        comm = w[11] if len(w) == 12 else None
+        return StepRecord(w[1], w[2], w[3], w[4], w[5], w[6], w[7], w[8], w[9], w[10], comm)
     return StepRecord.from_wire(w)
 
 
