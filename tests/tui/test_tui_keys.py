@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from textual.widgets import DataTable, Input
+from textual.widgets import Input
 
 from tests.tui.fixtures import CannedRun, CannedSource, fill, screen_of, snapshot_of, until
 from traceml_tui.app import TraceMLApp
 from traceml_tui.screens.focus_rank import FocusRank
 from traceml_tui.screens.help import HelpScreen
+from traceml_tui.widgets.cached_table import CachedDataTable
 from traceml_tui.widgets.diagnosis import DiagnosisPanel
 from traceml_tui.widgets.memory import MemoryPanel
 from traceml_tui.widgets.phase_bars import PhaseBars
@@ -38,7 +39,7 @@ async def test_tab_moves_between_panels() -> None:
         for _ in range(5):
             await pilot.press("tab")
             seen.append(type(app.focused))
-        panels = [DiagnosisPanel, PhaseBars, DataTable, MemoryPanel, SystemPanel]
+        panels = [DiagnosisPanel, PhaseBars, CachedDataTable, MemoryPanel, SystemPanel]
         assert seen == [*panels, DiagnosisPanel]
         await pilot.press("shift+tab")
         assert type(app.focused) is SystemPanel

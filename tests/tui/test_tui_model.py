@@ -8,11 +8,13 @@ from pathlib import Path
 import pytest
 
 from tests.tui.fixtures import (
+    T0,
     CannedRun,
     CannedSource,
     fill,
     finished_store,
     snapshot_of,
+    store_of,
     summary_of,
 )
 from traceml.analysis.store import RunStore
@@ -133,6 +135,14 @@ def test_a_costly_snapshot_spaces_the_next_ones() -> None:
     assert feed.interval_s == pytest.approx(0.5 / feed_module.BUILD_SHARE)
 
 
+def test_a_costly_drawing_spaces_the_next_snapshots() -> None:
+    drawn = [0.0]
+    feed = Feed(CannedSource(), lambda snap: None, draw_s=lambda: drawn[0])
+    assert feed.interval_s == feed_module.INTERVAL_S
+    drawn[0] = 0.12
+    assert feed.interval_s == pytest.approx(0.12 / feed_module.DRAW_SHARE)
+
+
 class FailingSource(CannedSource):
     def pump(self, store: RunStore, timeout_s: float) -> bool:
         raise TransportError("the run's sockets failed")
@@ -211,3 +221,36 @@ def test_panels_say_why_they_have_no_steps() -> None:
     store.add_end(RankEnd(0, "ok", 4000, 1.0))
     ended = no_steps_text(from_store(store, now=1.0, last_data_at=None))
     assert ended is not None and ended.startswith("No steps to show: the run ended")
+
+
+def test_ddp_wait_is_shown_under_backward_only_when_measured() -> None:
+    from traceml_tui.widgets.phase_bars import phase_content
+
+    store = store_of()
+    plain = phase_content(from_store(store, now=T0 + 60, last_data_at=T0 + 60), 80).plain
+    assert "wait" not in plain, "no DDP wait measured: no row for it"
+
+    rank = store.ranks()[0]
+    info = store.info(rank)
+    assert info is not None
+    waited = [replace(r, comm_wait_ms=(r.phases[3] or 0.0) / 2) for r in store.recent(rank, 200)]
+    store = RunStore()
+    store.add_info(info)
+    store.add_steps(waited)
+    snap = from_store(store, now=T0 + 60, last_data_at=T0 + 60)
+    assert snap.phases.comm_wait_share is not None
+    lines = phase_content(snap, 80).plain.splitlines()
+    backward = next(i for i, line in enumerate(lines) if line.startswith("backward"))
+    assert lines[backward + 1].lstrip().startswith("↳ wait")
+
+
+def test_the_header_says_a_restarted_run_is_a_new_incarnation() -> None:
+    from traceml_tui.widgets.header import header_content
+
+    store = store_of()
+    info = store.info(store.ranks()[0])
+    assert info is not None
+    store.add_info(replace(info, incarnation=2))
+    snap = from_store(store, now=T0 + 60, last_data_at=T0 + 60)
+    assert snap.restarts == 2
+    assert "restart 2" in header_content(snap, run_state(snap, T0 + 60)).plain

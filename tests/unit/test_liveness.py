@@ -11,6 +11,8 @@ import pytest
 
 from traceml.records import RankEnd, RankInfo
 from traceml.transport.liveness import (
+    PROCESS_CHECK_S,
+    ProcessCache,
     RankLiveness,
     file_rank_state,
     process_state,
@@ -109,3 +111,30 @@ def test_the_end_wins() -> None:
     rl = live("gone")
     rl.ended = True
     assert rl.state(NOW + 100) == "finished"
+
+
+def test_one_lookup_per_process_however_many_ranks_it_runs() -> None:
+    cache, me = ProcessCache(), psutil.Process().create_time()
+    states = [cache.state(os.getpid(), me, NOW) for _ in range(1000)]
+    assert states == ["running"] * 1000 and cache.lookups == 1
+    assert cache.state(os.getpid(), me - 100, NOW) == "gone", "another start time: its own entry"
+    assert cache.lookups == 2
+    cache.state(os.getpid(), me, NOW + PROCESS_CHECK_S)
+    assert cache.lookups == 3, "the caller's clock moved on: looked up again"
+    cache.state(os.getpid(), me, NOW - 5)
+    assert cache.lookups == 4, "a clock that went back is not trusted"
+
+
+def test_a_gone_process_is_seen_once_its_entry_is_stale() -> None:
+    cache, pid = ProcessCache(), dead_pid()
+    assert cache.state(pid, None, NOW) == "gone"
+    assert cache.state(pid, None, NOW + 0.5) == "gone" and cache.lookups == 1
+
+
+def test_the_median_follows_new_step_times() -> None:
+    rl = live()
+    assert rl.median_ms() is None
+    rl.step_times([10.0, 30.0, 20.0])
+    assert rl.median_ms() == 20.0
+    rl.step_times([40.0, 50.0])
+    assert rl.median_ms() == 30.0, "new step times invalidate the remembered median"

@@ -52,6 +52,20 @@ def apply_event(store: EventStore, event: Event) -> bool:
     return True
 
 
-def apply_events(store: EventStore, events: Iterable[Event]) -> None:
+def apply_events(store: EventStore, events: Iterable[Event]) -> bool:
+    """Apply events in order; the records of consecutive StepsEvents go in one add_steps call
+    (one lock, one pass). True when any event came from the run itself (see apply_event)."""
+    arrived = False
+    batch: list[StepRecord] = []
     for event in events:
-        apply_event(store, event)
+        if isinstance(event, StepsEvent):
+            batch.extend(event.records)
+            arrived = True
+            continue
+        if batch:
+            store.add_steps(batch)
+            batch = []
+        arrived = apply_event(store, event) or arrived
+    if batch:
+        store.add_steps(batch)
+    return arrived

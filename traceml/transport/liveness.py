@@ -3,13 +3,15 @@
 Dead: its process is gone (pid plus start time, so a reused pid does not look alive), or no
 heartbeat for DEAD_AFTER_S when the process cannot be checked. Stalled: the process is stopped
 or silent, or heartbeats come but no step for STALL_FACTOR x its median step time (at least
-STALL_MIN_S). Pure apart from psutil lookups, which never block.
+STALL_MIN_S). Pure apart from psutil lookups, which never block; each process is looked up at
+most once per PROCESS_CHECK_S however many of a viewer's ranks it runs (`ProcessCache`).
 """
 
 from __future__ import annotations
 
 import math
 import statistics
+import time
 from collections import deque
 from collections.abc import Iterable
 from typing import Literal
@@ -53,6 +55,36 @@ def process_state(pid: int, start: float | None) -> ProcState:
     return "running"
 
 
+class ProcessCache:
+    """`process_state` per (pid, start time), reused for PROCESS_CHECK_S by every rank of that
+    process. Fresh only while both the caller's clock and the monotonic clock agree, so a fake
+    clock that jumps ahead (tests) or a real one gets a new lookup."""
+
+    def __init__(self, size: int = 4096) -> None:
+        self.size = size
+        self.lookups = 0
+        """psutil lookups made (the rest were answered from the cache)."""
+        self._seen: dict[tuple[int, float | None], tuple[float, float, ProcState]] = {}
+
+    def state(self, pid: int, start: float | None, now: float) -> ProcState:
+        key, mono = (pid, start), time.monotonic()
+        hit = self._seen.get(key)
+        if hit is not None:
+            checked, checked_mono, state = hit
+            if 0 <= now - checked < PROCESS_CHECK_S and mono - checked_mono < PROCESS_CHECK_S:
+                return state
+        if len(self._seen) >= self.size:
+            self._seen.clear()
+        self.lookups += 1
+        state = process_state(pid, start)
+        self._seen[key] = (now, mono, state)
+        return state
+
+
+PROCESSES = ProcessCache()
+"""The one cache a viewer's ranks share (it is used from the feed thread only)."""
+
+
 def stall_after_s(median_step_ms: float | None) -> float:
     """Seconds without a step after which a rank is stalled: k x median, at least STALL_MIN_S."""
     if median_step_ms is None or not math.isfinite(median_step_ms):
@@ -92,6 +124,8 @@ class RankLiveness:
         self._local = local
         self._checked = -math.inf
         self._step_ms: deque[float] = deque(maxlen=101)
+        self._median: float | None = None
+        """Median of `_step_ms`, computed on demand; None = to compute again."""
 
     def heard(self, now: float) -> None:
         self.last_heard = now
@@ -104,9 +138,12 @@ class RankLiveness:
 
     def step_times(self, step_ms: Iterable[float]) -> None:
         self._step_ms.extend(ms for ms in step_ms if math.isfinite(ms))
+        self._median = None
 
     def median_ms(self) -> float | None:
-        return statistics.median(self._step_ms) if self._step_ms else None
+        if self._median is None and self._step_ms:
+            self._median = statistics.median(self._step_ms)
+        return self._median
 
     def silent(self, now: float) -> float:
         """Seconds since the rank was last heard from (or since attach)."""
@@ -116,7 +153,7 @@ class RankLiveness:
         """Refresh `proc` at most once per PROCESS_CHECK_S, only for ranks on this host."""
         if self._local and now - self._checked >= PROCESS_CHECK_S:
             self._checked = now
-            self.proc = process_state(self._pid, self._pid_start)
+            self.proc = PROCESSES.state(self._pid, self._pid_start, now)
 
     def state(self, now: float) -> RankState:
         if self.ended:

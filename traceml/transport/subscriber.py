@@ -8,6 +8,7 @@ else malformed is dropped and counted.
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import socket
@@ -27,6 +28,9 @@ MAX_MESSAGES_PER_SOCKET = 2000
 DRAIN_BUDGET_S = 0.05
 """Decoding time one poll() may spend; the rest waits for the next call (sockets stay ready)."""
 RESCAN_S = 1.0
+MAINTAIN_S = 0.1
+"""Least time between two passes over every rank (snapshot requests, process checks, states):
+a pass is O(ranks), and nothing it looks at changes on a shorter time scale."""
 _RANK_FILE = re.compile(r"rank-(\d+)\.json")
 
 
@@ -64,6 +68,7 @@ class Subscriber:
         self._states: dict[int, RankState] = {}
         self._host = socket.gethostname()
         self._scanned = 0.0
+        self._maintained = -math.inf
         self._closed = False
         self._turn = 0
         now = time.time()
@@ -101,7 +106,10 @@ class Subscriber:
             raise RuntimeError("poll() on a closed Subscriber: create a new one")
         events, self._pending = self._pending, []
         now = time.time()
-        events += self._maintain(now)
+        due = not 0 <= now - self._maintained < MAINTAIN_S
+        if due:
+            self._maintained = now
+            events += self._maintain(now)
         try:
             ready = self._poller.poll(0 if events else max(0, timeout_ms))
         except zmq.ZMQError as e:
@@ -111,7 +119,7 @@ class Subscriber:
         for i in range(len(ready)):
             sock = ready[(i + self._turn) % len(ready)][0]
             events += self._drain(sock, time.time(), deadline)
-        return events + self._state_changes(time.time())
+        return events + self._state_changes(time.time()) if due else events
 
     def rank_states(self, now: float) -> dict[int, RankState]:
         """ "live" | "stalled" | "dead" | "finished" per rank; `now` is epoch seconds."""

@@ -94,7 +94,11 @@ class TraceMLApp(App[int]):
             if isinstance(source, Snapshot):
                 screen.post_message(SnapshotReady(source))
                 return
-            feed = Feed(source, lambda snap: screen.post_message(SnapshotReady(snap)))
+            feed = Feed(
+                source,
+                lambda snap: screen.post_message(SnapshotReady(snap)),
+                draw_s=lambda: screen.draw_s,
+            )
             feed.run(lambda: worker.is_cancelled)
         except TraceMLError as err:
             screen.post_message(FeedFailed(err.msg))

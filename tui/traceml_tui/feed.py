@@ -3,7 +3,8 @@
 Choice (STYLE.md principle 8): **push**. The loop runs on one thread (the app's
 `@work(thread=True, exclusive=True, group="feed")` worker), folds whatever the source received
 into its RunStore, and at most every `interval_s` (5 Hz by default; at least once a second so ages
-and states move; slower when snapshots are costly to build, see BUILD_SHARE) calls
+and states move; slower when snapshots are costly to build or draw, see BUILD_SHARE and
+DRAW_SHARE) calls
 `post(snapshot)` with a complete, frozen Snapshot. The app posts it as a `SnapshotReady` message
 whose `can_replace` collapses a backlog to the newest one. This is the only code that changes the
 store; it never touches a widget.
@@ -28,6 +29,9 @@ PUMP_S = 0.05
 BUILD_SHARE = 0.25
 """Most of the feed thread's time spent building snapshots: a snapshot that took 0.4 s to build
 (1,000 ranks) spaces the next ones 1.6 s apart, so the viewer never falls behind its source."""
+DRAW_SHARE = 0.25
+"""Most of a core the UI thread may spend per snapshot: when it spent 60 ms of CPU between the
+last two (drawing a big rank table that changed everywhere), the next ones come 0.24 s apart."""
 
 
 class Source(Protocol):
@@ -54,6 +58,8 @@ class Feed:
         clock: Epoch seconds; tests pass a fake.
         timer: A monotonic timer measuring how long snapshots take to build; tests pass a fake.
         thresholds: Live window and diagnosis thresholds.
+        draw_s: CPU seconds the display spent per snapshot lately (called from this thread;
+            must be thread-safe); None = drawing is free.
     """
 
     def __init__(
@@ -65,6 +71,7 @@ class Feed:
         clock: Callable[[], float] = time.time,
         timer: Callable[[], float] = time.perf_counter,
         thresholds: Thresholds = DEFAULT_THRESHOLDS,
+        draw_s: Callable[[], float] | None = None,
     ) -> None:
         self.source = source
         self.post = post
@@ -72,6 +79,7 @@ class Feed:
         self.clock = clock
         self.timer = timer
         self.thresholds = thresholds
+        self.draw_s = draw_s
         self.last_data_at: float | None = None
         self._posted_at: float | None = None
         self._dirty = True
@@ -112,8 +120,10 @@ class Feed:
 
     @property
     def interval_s(self) -> float:
-        """Least time between snapshots now: INTERVAL_S, or more when building is costly."""
-        return max(INTERVAL_S, self._build_s / BUILD_SHARE)
+        """Least time between snapshots now: INTERVAL_S, or more when building or drawing them
+        is costly."""
+        drawing = self.draw_s() / DRAW_SHARE if self.draw_s is not None else 0.0
+        return max(INTERVAL_S, self._build_s / BUILD_SHARE, drawing)
 
     def _due(self, now: float) -> bool:
         if self._posted_at is None:

@@ -45,6 +45,10 @@ class PhaseSplit:
     median_ms: float | None = None
     """Median over ranks of the median step time; None before the first step."""
     p95_ms: float | None = None
+    comm_wait_share: float | None = None
+    """Median over the ranks that measured it of the DDP all-reduce wait's share (a part of
+    backward); None when no rank measured it."""
+    comm_wait_ms: float | None = None
 
     @classmethod
     def of_view(cls, view: RunView) -> PhaseSplit:
@@ -54,6 +58,8 @@ class PhaseSplit:
             ms=tuple(median(r.ms(p) for r in active) for p in PHASES),
             median_ms=view.median_ms(),
             p95_ms=median(r.p95_ms for r in active),
+            comm_wait_share=median(r.comm_wait_share for r in active),
+            comm_wait_ms=median(r.comm_wait_ms for r in active),
         )
 
 
@@ -85,6 +91,8 @@ class Snapshot:
     """The final_summary.json object this snapshot came from; None for a live run."""
     child_exit: int | None = None
     """Exit status of the script started by `traceml run`; None while it runs or when attached."""
+    restarts: int = 0
+    """torchelastic restarts so far (the newest incarnation among the ranks); 0 = none."""
 
     def rank(self, rank: int) -> RankWindow | None:
         """The window of `rank`, or None when the run has no such rank."""
@@ -111,7 +119,8 @@ def from_store(
     view = store.live_view()
     numbers = [r.rank for r in view.ranks]
     system = {r: s for r in numbers if (s := store.last_system(r)) is not None}
-    infos = [i for r in numbers if (i := store.info(r)) is not None and i.started > 0]
+    known = [i for r in numbers if (i := store.info(r)) is not None]
+    infos = [i for i in known if i.started > 0]
     return Snapshot(
         view=view,
         diagnosis=diagnose(view, thresholds),
@@ -121,6 +130,7 @@ def from_store(
         system=MappingProxyType(system),
         started=min((i.started for i in infos), default=None),
         last_data_at=last_data_at,
+        restarts=max((i.incarnation for i in known), default=0),
     )
 
 

@@ -105,4 +105,5 @@ def from_summary(summary: Mapping[str, Any], now: float | None = None) -> Snapsh
         duration_s=run.get("duration_s"),
         run_exit=run.get("exit"),
         summary=MappingProxyType(dict(summary)),
+        restarts=int(run.get("restarts") or 0),
     )

@@ -7,6 +7,7 @@ It receives `SnapshotReady`, `FeedFailed` and `ChildExited` messages, and owns t
 from __future__ import annotations
 
 import dataclasses
+import time
 from pathlib import Path
 from typing import ClassVar
 
@@ -53,6 +54,12 @@ class MainScreen(Screen[None]):
         self.focus_rank: int | None = None
         """The rank chosen with `r` or Enter; None = automatic (the lowest rank)."""
         self.child_exit: int | None = None
+        self.draw_s = 0.0
+        """CPU seconds the UI thread spent between the last two snapshots it drew (drawing one
+        and everything else it did meanwhile); read by the feed thread to space snapshots
+        (feed.DRAW_SHARE)."""
+        self._drawn_at: float | None = None
+        """time.thread_time() when the last snapshot arrived; None before the first."""
         self.header = RunHeader()
         self.diagnosis = DiagnosisPanel()
         self.phases = PhaseBars()
@@ -76,6 +83,10 @@ class MainScreen(Screen[None]):
     def on_snapshot_ready(self, message: SnapshotReady) -> None:
         self.latest = message.snapshot
         if not self.paused:
+            now = time.thread_time()
+            if self._drawn_at is not None:
+                self.draw_s = now - self._drawn_at
+            self._drawn_at = now
             self.show(message.snapshot)
 
     def on_feed_failed(self, message: FeedFailed) -> None:

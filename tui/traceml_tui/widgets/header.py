@@ -52,6 +52,8 @@ def header_content(
         view = snap.view
         parts += ["  ", (view.run_id or "run ?", "bold"), "  ", view.script or "?"]
         facts = [_ranks(snap), f"step {view.total_steps:,}", _elapsed(snap, state)]
+        if snap.restarts:
+            facts.append(f"restart {snap.restarts}")
         parts += ["  ·  ", "  ·  ".join(facts)]
     parts += ["  ·  ", ("● " + state.text, STATE_STYLE[state.css])]
     if failure:

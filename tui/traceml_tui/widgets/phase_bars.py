@@ -79,11 +79,19 @@ def phase_content(snap: Snapshot | None, width: int) -> Content:
     phases = snap.phases
     title = Content(f"step median {ms(phases.median_ms)} · p95 {ms(phases.p95_ms)}")
     lines = [title, _stacked(phases.share, max(1, width))]
-    lines += [
-        _row(p, s, m, bar_width)
-        for p, s, m in zip(PHASES, snap.phases.share, snap.phases.ms, strict=True)
-    ]
+    for p, s, m in zip(PHASES, phases.share, phases.ms, strict=True):
+        lines.append(_row(p, s, m, bar_width))
+        if p == "backward" and phases.comm_wait_share is not None:
+            lines.append(_wait_row(phases.comm_wait_share, phases.comm_wait_ms, bar_width))
     return Content("\n").join(lines)
+
+
+def _wait_row(share: float, wait_ms: float | None, width: int) -> Content:
+    """The part of backward spent waiting for DDP's all-reduce, under the backward bar."""
+    filled = max(0, min(width, round(share * width)))
+    bar = [("▒" * filled, PHASE_STYLE["backward"]), (" " * (width - filled), "")]
+    label = (f"{'  ↳ wait':<{LABEL}}", "$text-muted")
+    return Content.assemble(label, *bar, f"{opt_pct(share):>8} {ms(wait_ms):>9}")
 
 
 class PhaseBars(Widget, can_focus=True):

@@ -1,8 +1,9 @@
 """The per-rank table: step ms, lag vs the median rank, phase split and state, worst first.
 
 Rows are keyed by rank and updated cell by cell (only cells whose text changed), then re-sorted
-only when the order changed, so 1,000 ranks scroll smoothly; never clear-and-rebuild. The table
-reads only the snapshots the screen hands it.
+only when the order changed, so 1,000 ranks scroll smoothly; never clear-and-rebuild. Only the
+visible cells whose text changed are rendered again (CachedDataTable). The table reads only the
+snapshots the screen hands it.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from traceml.analysis.view import RankWindow
 from traceml.records import PHASES
 from traceml_tui.format import ms, opt_pct, signed_pct
 from traceml_tui.snapshot import Snapshot
+from traceml_tui.widgets.cached_table import CachedDataTable
 
 PHASE_HEADS = {
     "dataloader": "data",
@@ -83,7 +85,7 @@ class RankTable(Vertical):
         self._cells: dict[int, Cells] = {}
         self._order: list[int] = []
         self.note = Static("Waiting for the run…", classes="note")
-        self.table: DataTable[Text] = DataTable(cursor_type="row", zebra_stripes=True)
+        self.table: CachedDataTable = CachedDataTable(cursor_type="row", zebra_stripes=True)
 
     def compose(self) -> ComposeResult:
         yield self.note
