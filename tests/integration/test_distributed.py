@@ -41,7 +41,9 @@ def finding(summary: dict[str, Any], kind: str) -> dict[str, Any]:
     return found[0]
 
 
-def run_job(tmp_path: Path, nproc: int, *args: str) -> tuple[int, dict[str, Any], str]:
+def run_job(
+    tmp_path: Path, nproc: int, *args: str, collector: str = "process"
+) -> tuple[int, dict[str, Any], str]:
     summary = tmp_path / "summary.json"
     cmd = traceml_cmd(
         "run",
@@ -53,7 +55,7 @@ def run_job(tmp_path: Path, nproc: int, *args: str) -> tuple[int, dict[str, Any]
         STRAGGLER,
         *args,
     )
-    env = child_env(MASTER_PORT=str(free_port()))
+    env = child_env(MASTER_PORT=str(free_port()), TRACEML_COLLECTOR=collector)
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=180, cwd=tmp_path, env=env)
     data = json.loads(summary.read_text())
     validate_summary(data)
@@ -119,11 +121,18 @@ def test_input_straggler_named_live_and_in_summary(tmp_path: Path, runtime_dir: 
     assert data["ranks"][1]["dataloader_pct"] > data["ranks"][0]["dataloader_pct"] + 20
 
 
-def test_compute_straggler_among_three_ranks(tmp_path: Path) -> None:
+@pytest.mark.parametrize("collector", ["process", "thread"])
+def test_compute_straggler_among_three_ranks(tmp_path: Path, collector: str) -> None:
+    """The job collector runs as a process of its own, or (when that cannot start, or
+    TRACEML_COLLECTOR=thread) in rank 0's tx thread: the same summary either way."""
     code, data, stderr = run_job(
-        tmp_path, 3, "--slow-rank", "2", "--slow", "forward", "--delay-ms", "8", "--steps", "60"
+        tmp_path,
+        3,
+        *("--slow-rank", "2", "--slow", "forward", "--delay-ms", "8", "--steps", "60"),
+        collector=collector,
     )
     assert code == 0, stderr
+    assert "rank 0's own thread" not in stderr and "did not answer" not in stderr, stderr
     assert [r["rank"] for r in data["ranks"]] == [0, 1, 2]
     straggler = finding(data, "COMPUTE_STRAGGLER")
     assert straggler["evidence"]["ranks"] == [2]
@@ -272,4 +281,5 @@ def test_torchelastic_restart_is_a_new_incarnation_not_a_gap(
     validate_summary(data)
     assert [r["rank"] for r in data["ranks"]] == [0, 1]
     assert all(r["steps"] == 300 for r in data["ranks"]), data["ranks"]
+    assert data["run"]["restarts"] == 1, "the summary says which incarnation it describes"
     assert [r.run_id for r in list_runs(runtime_dir, include_finished=True)] == [data["run"]["id"]]

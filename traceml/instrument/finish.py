@@ -3,19 +3,20 @@
 Runs on the tx thread after the last drain. A summary that cannot be written where asked (folder
 gone or read-only, disk full) is written to the run's private dir instead, and one line on stderr
 says where; if even that fails, the summary is printed on stderr: it is never lost. Nothing here
-raises for a write that fails.
+raises for a write that fails. Lines go to fd 2 directly, not through sys.stderr: shutdown may
+run in a signal handler whose interrupted thread holds sys.stderr's lock.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import sys
 from pathlib import Path
 from typing import Any
 
 from traceml.config import Settings
 from traceml.errors import TraceMLError
+from traceml.instrument.probe import write_stderr
 from traceml.records import RankEnd, RankInfo
 
 FALLBACK_NAME = "final_summary.fallback.json"
@@ -38,7 +39,6 @@ def fallback_path(settings: Settings, run_id: str) -> Path:
 
 def write_rank_summary(settings: Settings, info: RankInfo, store: Any, end: RankEnd) -> Path | None:
     """Build and write the summary if this rank owns it (rank 0); return where it went."""
-    from traceml.analysis.render import render_card
     from traceml.analysis.summary import build_summary
 
     if info.rank != 0:
@@ -54,18 +54,25 @@ def write_rank_summary(settings: Settings, info: RankInfo, store: Any, end: Rank
         device=info.device,
         torch_version=info.torch_version,
     )
-    path, trouble = _write_somewhere(settings, info.run_id, summary)
-    if trouble is None and os.environ.get("TRACEML_LAUNCHER") == "1":
-        return path  # the launcher prints the card from the path it asked for
-    print(render_card(summary), file=sys.stderr)
-    if trouble is None:
-        print(f"traceml: summary written to {path}", file=sys.stderr)
-    else:
-        print(f"traceml: {trouble}", file=sys.stderr)
+    path, trouble = write_somewhere(settings, info.run_id, summary)
+    announce(summary, path, trouble)
     return path
 
 
-def _write_somewhere(
+def announce(summary: dict[str, Any], path: Path | None, trouble: str | None) -> None:
+    """The summary's card and where it went, on stderr (under `traceml run` the launcher prints
+    the card itself, from the path it asked for)."""
+    from traceml.analysis.render import render_card
+
+    if trouble is None and os.environ.get("TRACEML_LAUNCHER") == "1":
+        return
+    write_stderr(render_card(summary))
+    write_stderr(
+        f"traceml: summary written to {path}" if trouble is None else f"traceml: {trouble}"
+    )
+
+
+def write_somewhere(
     settings: Settings, run_id: str, summary: dict[str, Any]
 ) -> tuple[Path | None, str | None]:
     """(where the summary went, None) or, after a failed write, the line that says what happened."""

@@ -23,7 +23,7 @@ from traceml._version import __version__
 from traceml.config import Settings
 from traceml.instrument.hooks import Hooks
 from traceml.instrument.memory import CudaMemory, HostRss
-from traceml.instrument.probe import warn_once
+from traceml.instrument.probe import warn_directly, warn_once
 from traceml.instrument.timer import RawStep, StepTimer
 from traceml.instrument.worker import TxWorker, WorkerParts
 from traceml.records import ExitKind, RankEnd, RankInfo
@@ -73,6 +73,7 @@ class Session:
         import torch
 
         self._torch = torch
+        warn_directly(False)
         if self.settings.mode == "auto":
             self.hooks.install_auto(torch, h2d=False)
         self.info = self._rank_info(torch)
@@ -116,9 +117,16 @@ class Session:
         store = RunStore(history_steps=self.settings.history_steps)
         store.add_info(info)
         gpu = info.local_rank if info.device.startswith("cuda") else None
+        sinks = self._make_sinks(info, store)
         progress = None
         if self.settings.progress and info.rank == 0:
-            progress = lambda: render_progress(store.live_view())  # noqa: E731
+
+            def progress() -> str:
+                # The job collector process, when it runs, prints the whole job's line instead.
+                if any(getattr(s, "progress_elsewhere", False) for s in sinks):
+                    return ""
+                return render_progress(store.live_view())
+
         return WorkerParts(
             info=info,
             raw=self.raw,
@@ -126,7 +134,7 @@ class Session:
             page_mb=self.rss.page_mb,
             wall_offset_ns=time.time_ns() - time.perf_counter_ns(),
             sampler=SystemSampler(info.rank, gpu),
-            sinks=self._make_sinks(info, store),
+            sinks=sinks,
             progress=progress,
             finish=self._finish_on_tx,
             primary=lambda: _primary_kind(store),
@@ -224,6 +232,7 @@ class Session:
         if self.closed or os.getpid() != self.pid:
             return self.summary_path
         self.closed = True
+        warn_directly(True)  # a logging lock may be held by the thread a SIGTERM interrupted
         if exit_kind is not None:
             self.exit = exit_kind
         self.hooks.remove()

@@ -165,7 +165,9 @@ class TxWorker(threading.Thread):
         if self.p.progress is None or self.last_step < 0:
             return
         try:
-            print(self.p.progress(), file=sys.stderr, flush=True)
+            text = self.p.progress()
+            if text:
+                print(text, file=sys.stderr, flush=True)
         except Exception as e:  # noqa: BLE001
             warn_once("progress", f"progress line failed ({e})")
 
@@ -178,8 +180,10 @@ class TxWorker(threading.Thread):
         for sink in self.p.sinks:
             settle = getattr(sink, "settle", None)
             if settle is not None:
-                settle()
-        if self.p.finish is not None:
+                settle(end)
+            # The job collector process wrote the whole job's summary (and said so).
+            self.summary_path = getattr(sink, "job_summary", None) or self.summary_path
+        if self.p.finish is not None and self.summary_path is None:
             try:
                 self.summary_path = self.p.finish(end)
             except Exception as e:  # noqa: BLE001 - the sinks below must close all the same
