@@ -103,6 +103,7 @@ def test_prune_removes_a_fallback_summary_as_ours(tmp_path: Path) -> None:
     """A run whose summary fell back into its run dir leaves nothing behind once pruned."""
     old = write_run(tmp_path, "fell-back-1", pid=dead_pid(), updated=NOW - 8 * 86400)
     (old.path / "final_summary.fallback.json").write_text("{}")
+    (old.path / "collector.sock").write_text("")  # a killed job collector's socket file
     (old.path / "final_summary.fallback.json.bak").write_text("not ours")
     runs = list_runs(tmp_path, include_finished=True, now=NOW)
     assert prune_runs(runs, now=NOW) == ["fell-back-1"]

@@ -27,7 +27,7 @@ PRUNE_AFTER_S = 7 * 86400.0
 LIVE_STATES: tuple[RankState, ...] = ("live", "stalled")
 _RANK_FILE = re.compile(r"rank-(\d+)\.json")
 _OURS = re.compile(
-    r"run\.json|output\.log|final_summary(\.fallback)?\.json"
+    r"run\.json|output\.log|final_summary(\.fallback)?\.json|collector\.sock"
     r"|rank-\d+\.(json|lock|pub\.sock|ctl\.sock)|\..+\.tmp"
 )
 """Names of files TraceML creates in a run dir; pruning removes these and nothing else."""
