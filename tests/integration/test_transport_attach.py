@@ -6,10 +6,15 @@ import json
 import time
 from pathlib import Path
 
+import pytest
+import zmq
+
 from tests.integration._publisher_proc import TxLoop, make_info, make_step
 from tests.integration._transport_helpers import Seen, attach, poll_until, wait_for
 from traceml.config import Settings
 from traceml.records import RankEnd
+from traceml.transport import publisher as publisher_module
+from traceml.transport.codec import WELCOME, Header, decode_steps, parse_topic
 from traceml.transport.events import EndEvent, GapEvent, HeartbeatEvent, InfoEvent
 from traceml.transport.publisher import Publisher
 from traceml.transport.runs import list_runs
@@ -121,7 +126,12 @@ def test_a_late_attach_to_a_long_run_starts_at_the_oldest_kept_step(tmp_path: Pa
     assert not any(isinstance(e, GapEvent) for e in seen.events)
 
 
-def test_a_viewer_too_far_behind_is_told_what_it_lost(tmp_path: Path) -> None:
+def test_a_viewer_too_far_behind_is_told_what_it_lost(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # One frame per record, as a rank publishing a step at a time: 30,000 frames overflow the
+    # viewer's queue (batched, they would fit).
+    monkeypatch.setattr(publisher_module, "PUBLISH_EVERY_S", 0.0)
     pub = Publisher(make_info("behind-1"), Settings(history_steps=100), tmp_path)
     pub.open()
     seen = Seen()
@@ -144,3 +154,40 @@ def test_a_viewer_too_far_behind_is_told_what_it_lost(tmp_path: Path) -> None:
     assert pub.dropped > 0
     assert seen.seqs[0] == sorted(set(seen.seqs[0])), "in order, no duplicates"
     assert len(seen.seqs[0]) + sum(g.to_seq - g.from_seq + 1 for g in gaps) == 30_000
+
+
+def test_records_leave_in_batches_and_always_before_the_next_frame(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A step at a time in, one frame out: the viewer's cost is per frame. A heartbeat (or any
+    other frame) first sends what is pending, so its seq never runs ahead of the records."""
+    monkeypatch.setattr(publisher_module, "PUBLISH_EVERY_S", 3600.0)
+    pub = Publisher(make_info("batch-1"), Settings(), tmp_path)
+    pub.open()
+    ctx = zmq.Context()
+    raw = ctx.socket(zmq.SUB)
+    raw.setsockopt(zmq.SUBSCRIBE, b"")
+    raw.connect(pub.endpoints["pub"])
+    try:
+
+        def welcomed() -> bool:
+            pub.service(0, last_step=-1, dropped=0, primary=None, heartbeat=False)
+            return raw.poll(10) != 0
+
+        wait_for(welcomed, 5, "the welcome")
+        assert raw.recv_multipart() == [WELCOME]
+        pub.send_steps([make_step(0)])  # the first record leaves at once
+        for i in range(1, 100):
+            pub.send_steps([make_step(i)])
+        pub.service(1.0, last_step=99, dropped=0, primary=None, heartbeat=True)
+        frames = []
+        while raw.poll(500):
+            frames.append(raw.recv_multipart())
+        kinds = [parse_topic(f[0])[0] for f in frames]
+        assert kinds == ["rec", "rec", "hb"], kinds
+        assert [len(decode_steps(f[2])) for f in frames[:2]] == [1, 99]
+        assert Header.unpack(frames[2][1]).seq == 99
+    finally:
+        raw.close(0)
+        ctx.term()
+        pub.close(RankEnd(0, "ok", 100, time.time()), None)

@@ -26,6 +26,7 @@ from tests.integration._transport_helpers import (
 from traceml.config import Settings
 from traceml.errors import TransportError
 from traceml.records import RankEnd, StepRecord
+from traceml.transport import publisher as publisher_module
 from traceml.transport.channels import MAX_HELD_SUBSCRIPTIONS
 from traceml.transport.codec import WELCOME, pack
 from traceml.transport.control import Request
@@ -69,7 +70,12 @@ def test_sigstop_shows_the_run_stalled_then_live_again(tmp_path: Path) -> None:
         assert _state(tmp_path, "stop-1") == "live"
 
 
-def test_a_viewer_that_never_reads_costs_nothing_and_starves_nobody(tmp_path: Path) -> None:
+def test_a_viewer_that_never_reads_costs_nothing_and_starves_nobody(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # One frame per record, as a rank publishing a step at a time: 20,000 frames fill the
+    # stalled viewer's queues (batched, they would fit).
+    monkeypatch.setattr(publisher_module, "PUBLISH_EVERY_S", 0.0)
     pub = Publisher(make_info("stall-1"), Settings(history_steps=50_000), tmp_path)
     pub.open()
     ctx = zmq.Context()
