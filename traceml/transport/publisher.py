@@ -43,6 +43,10 @@ from traceml.transport.security import KeyPair, new_keypair
 from traceml.transport.snapshot import SnapshotServer, StreamId
 
 HEARTBEAT_S = 1.0
+HEARTBEAT_MAX_S = 5.0
+"""While step records flow (they prove the rank alive and carry its progress) a heartbeat goes
+out only this often, for the counters records do not carry: a 1,000-rank run at a step a second
+sends a third fewer frames."""
 FILE_UPDATE_S = 2.0
 """The rank file is rewritten at most this often (and once more at close)."""
 MAX_FRAME_RECORDS = 256
@@ -221,7 +225,8 @@ class Publisher:
     ) -> None:
         """Periodic work, bounded per call: inbound frames, snapshot parts, the heartbeat, and
         the rank file every FILE_UPDATE_S. `now` may be any clock; only differences count.
-        `heartbeat`: None sends one every HEARTBEAT_S, True sends one now, False none."""
+        `heartbeat`: None sends one every HEARTBEAT_S (HEARTBEAT_MAX_S while records flow),
+        True sends one now, False none."""
         if not self._live():
             return
         if self._unsent and time.monotonic() - self._published_at >= PUBLISH_EVERY_S:
@@ -232,13 +237,20 @@ class Publisher:
             server = self._server
             self._safely("read requests", lambda: server.take_requests(now))
             self._safely("serve snapshots", lambda: server.serve(now))
-        due = now - self._last_hb >= HEARTBEAT_S if heartbeat is None else heartbeat
+        due = self._heartbeat_due(now) if heartbeat is None else heartbeat
         if due:
             self._last_hb = now
             self._safely("heartbeat", self._heartbeat)
         if now - self._last_write >= FILE_UPDATE_S:
             self._last_write = now
             self._safely("rank file", self._write_files)
+
+    def _heartbeat_due(self, now: float) -> bool:
+        since = now - self._last_hb
+        if since < HEARTBEAT_S:
+            return False
+        quiet = time.monotonic() - self._published_at >= HEARTBEAT_S
+        return quiet or since >= HEARTBEAT_MAX_S
 
     # -- properties ------------------------------------------------------------------------
 

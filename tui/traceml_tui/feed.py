@@ -26,10 +26,10 @@ IDLE_S = 1.0
 """Most time between two snapshots when nothing arrives, so ages, uptime and states move."""
 PUMP_S = 0.05
 """Longest the loop waits on the source at once, so cancellation is seen within this."""
-BUILD_SHARE = 0.25
+BUILD_SHARE = 0.2
 """Most of the feed thread's time spent building snapshots: a snapshot that took 0.4 s to build
 (1,000 ranks) spaces the next ones 1.6 s apart, so the viewer never falls behind its source."""
-DRAW_SHARE = 0.25
+DRAW_SHARE = 0.2
 """Most of a core the UI thread may spend per snapshot: when it spent 60 ms of CPU between the
 last two (drawing a big rank table that changed everywhere), the next ones come 0.24 s apart."""
 
