@@ -165,6 +165,7 @@ def test_junk_at_both_endpoints_never_hurts_training(tmp_path: Path, runtime_dir
 OVERSIZED = 5000
 SMALL = 6000
 FLOOD_RSS_BOUND_MB = 5.0
+FIRST_FLOOD_BOUND_MB = 24.0
 WATCH_S = 2.0
 """How long the job is watched while a peer that sent oversized subscriptions keeps coming
 back (an XSUB resends all it subscribed to at every reconnect)."""
@@ -208,19 +209,29 @@ def test_a_subscription_flood_cannot_grow_the_job(tmp_path: Path, runtime_dir: P
             big_growth = _peak_rss(pid, WATCH_S) - base
             big.close(0)
             _subscriber_heard(_connect(ctx, zmq.XSUB, pub))  # and the job still serves
-            base = _rss(pid)
-            small = _connect(ctx, zmq.XSUB, pub)
-            _flood(small, rng, SMALL, 64)
-            job.err.wait(lambda line: "subscriptions to no topic" in line, SENTINEL_S, "reset")
-            small.close(0)
-            _subscriber_heard(_connect(ctx, zmq.XSUB, pub))  # and the job still serves
-            small_growth = _peak_rss(pid, WATCH_S) - base
+            small_growth = []
+            for flood in range(2):
+                base = _rss(pid)
+                small = _connect(ctx, zmq.XSUB, pub)
+                _flood(small, rng, SMALL, 64)
+                if flood == 0:  # said once, however many resets follow
+                    job.err.wait(lambda line: "subscriptions to no" in line, SENTINEL_S, "reset")
+                else:
+                    time.sleep(WATCH_S)
+                small.close(0)
+                _subscriber_heard(_connect(ctx, zmq.XSUB, pub))  # and the job still serves
+                small_growth.append(_peak_rss(pid, WATCH_S) - base)
         finally:
             ctx.destroy(linger=0)
         stop.touch()
         result = job.finish()
     check_finished(result, summary_of(tmp_path))
     assert big_growth < FLOOD_RSS_BOUND_MB, f"{OVERSIZED} oversized: RSS +{big_growth:.0f} MB"
-    assert small_growth < FLOOD_RSS_BOUND_MB, f"{SMALL} small: RSS +{small_growth:.1f} MB"
+    # The first flood's transient allocations (messages queued before the job read them) may
+    # stay with the allocator on a loaded machine; a second flood must find and reuse them:
+    # without the reset, libzmq would hold both floods' subscriptions.
+    first, second = small_growth
+    assert first < FIRST_FLOOD_BOUND_MB, f"{SMALL} small: RSS +{first:.1f} MB"
+    assert second < FLOOD_RSS_BOUND_MB, f"{SMALL} more small: RSS +{second:.1f} MB more"
     said = warnings(result.stderr, "publisher: ")
     assert len(said) == 1 and "subscriptions" in said[0], said

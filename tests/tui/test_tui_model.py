@@ -141,6 +141,8 @@ def test_a_costly_drawing_spaces_the_next_snapshots() -> None:
     assert feed.interval_s == feed_module.INTERVAL_S
     drawn[0] = 0.12
     assert feed.interval_s == pytest.approx(0.12 / feed_module.DRAW_SHARE)
+    drawn[0] = 4.0  # one huge draw (a 1,000-row table's first) must not freeze the display
+    assert feed.interval_s == feed_module.MAX_INTERVAL_S
 
 
 class FailingSource(CannedSource):

@@ -30,6 +30,9 @@ BUILD_SHARE = 0.2
 """Most of the feed thread's time spent building snapshots: a snapshot that took 0.4 s to build
 (1,000 ranks) spaces the next ones 1.6 s apart, so the viewer never falls behind its source."""
 DRAW_SHARE = 0.2
+MAX_INTERVAL_S = 3.0
+"""The display moves at least this often however costly its snapshots: one very costly draw
+(the first of a 1,000-row table) must not freeze it for long."""
 """Most of a core the UI thread may spend per snapshot: when it spent 60 ms of CPU between the
 last two (drawing a big rank table that changed everywhere), the next ones come 0.24 s apart."""
 
@@ -123,7 +126,7 @@ class Feed:
         """Least time between snapshots now: INTERVAL_S, or more when building or drawing them
         is costly."""
         drawing = self.draw_s() / DRAW_SHARE if self.draw_s is not None else 0.0
-        return max(INTERVAL_S, self._build_s / BUILD_SHARE, drawing)
+        return min(MAX_INTERVAL_S, max(INTERVAL_S, self._build_s / BUILD_SHARE, drawing))
 
     def _due(self, now: float) -> bool:
         if self._posted_at is None:
