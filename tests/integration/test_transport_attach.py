@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -12,7 +14,7 @@ import zmq
 from tests.integration._publisher_proc import TxLoop, make_info, make_step
 from tests.integration._transport_helpers import Seen, attach, poll_until, wait_for
 from traceml.config import Settings
-from traceml.records import RankEnd
+from traceml.records import RankEnd, SystemSample
 from traceml.transport import publisher as publisher_module
 from traceml.transport.codec import WELCOME, Header, decode_steps, parse_topic
 from traceml.transport.events import EndEvent, GapEvent, HeartbeatEvent, InfoEvent
@@ -156,6 +158,33 @@ def test_a_viewer_too_far_behind_is_told_what_it_lost(
     assert len(seen.seqs[0]) + sum(g.to_seq - g.from_seq + 1 for g in gaps) == 30_000
 
 
+@contextmanager
+def raw_frames(pub: Publisher) -> Iterator[Callable[[], list[list[bytes]]]]:
+    """A bare SUB on `pub`, past its welcome; yields a function that returns what came since."""
+    ctx = zmq.Context()
+    raw = ctx.socket(zmq.SUB)
+    raw.setsockopt(zmq.SUBSCRIBE, b"")
+    raw.connect(pub.endpoints["pub"])
+
+    def welcomed() -> bool:
+        pub.service(0, last_step=-1, dropped=0, primary=None, heartbeat=False)
+        return raw.poll(10) != 0
+
+    def received() -> list[list[bytes]]:
+        frames = []
+        while raw.poll(500):
+            frames.append(raw.recv_multipart())
+        return frames
+
+    try:
+        wait_for(welcomed, 5, "the welcome")
+        assert raw.recv_multipart() == [WELCOME]
+        yield received
+    finally:
+        raw.close(0)
+        ctx.term()
+
+
 def test_records_leave_in_batches_and_always_before_the_next_frame(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -164,30 +193,34 @@ def test_records_leave_in_batches_and_always_before_the_next_frame(
     monkeypatch.setattr(publisher_module, "PUBLISH_EVERY_S", 3600.0)
     pub = Publisher(make_info("batch-1"), Settings(), tmp_path)
     pub.open()
-    ctx = zmq.Context()
-    raw = ctx.socket(zmq.SUB)
-    raw.setsockopt(zmq.SUBSCRIBE, b"")
-    raw.connect(pub.endpoints["pub"])
     try:
-
-        def welcomed() -> bool:
-            pub.service(0, last_step=-1, dropped=0, primary=None, heartbeat=False)
-            return raw.poll(10) != 0
-
-        wait_for(welcomed, 5, "the welcome")
-        assert raw.recv_multipart() == [WELCOME]
-        pub.send_steps([make_step(0)])  # the first record leaves at once
-        for i in range(1, 100):
-            pub.send_steps([make_step(i)])
-        pub.service(1.0, last_step=99, dropped=0, primary=None, heartbeat=True)
-        frames = []
-        while raw.poll(500):
-            frames.append(raw.recv_multipart())
+        with raw_frames(pub) as received:
+            pub.send_steps([make_step(0)])  # the first record leaves at once
+            for i in range(1, 100):
+                pub.send_steps([make_step(i)])
+            pub.service(1.0, last_step=99, dropped=0, primary=None, heartbeat=True)
+            frames = received()
         kinds = [parse_topic(f[0])[0] for f in frames]
         assert kinds == ["rec", "rec", "hb"], kinds
         assert [len(decode_steps(f[2])) for f in frames[:2]] == [1, 99]
         assert Header.unpack(frames[2][1]).seq == 99
     finally:
-        raw.close(0)
-        ctx.term()
         pub.close(RankEnd(0, "ok", 100, time.time()), None)
+
+
+@pytest.mark.parametrize(("world_size", "published"), [(1, 3), (1024, 1)])
+def test_a_big_job_publishes_a_share_of_its_system_samples(
+    tmp_path: Path, world_size: int, published: int
+) -> None:
+    """At most ~256 samples a second for the whole job reach a viewer: a rank of 1,024 publishes
+    one in four (every sample is still kept for snapshots)."""
+    pub = Publisher(make_info("sys-1", world_size=world_size), Settings(), tmp_path)
+    pub.open()
+    try:
+        with raw_frames(pub) as received:
+            for t in range(3):
+                pub.send_system(SystemSample(0, 1.7e9 + t, process_cpu_pct=float(t)))
+            frames = received()
+        assert [parse_topic(f[0])[0] for f in frames] == ["sys"] * published
+    finally:
+        pub.close(RankEnd(0, "ok", 0, time.time()), None)

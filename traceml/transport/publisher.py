@@ -50,6 +50,10 @@ sends a third fewer frames."""
 FILE_UPDATE_S = 2.0
 """The rank file is rewritten at most this often (and once more at close)."""
 MAX_FRAME_RECORDS = 256
+SYSTEM_SAMPLES_PER_S = 256
+"""System samples a whole job publishes per second at most: a rank of a job bigger than this
+publishes every n-th sample (a 1,000-rank job: one in four), so a viewer's frames stay bounded;
+every sample is still taken, kept for snapshots and counted in the summary."""
 PUBLISH_EVERY_S = 0.1
 """Step records wait at most this long to leave together. A viewer's cost is per frame: 64 ranks
 at 100 steps/s published every 20 ms tick make 3,200 frames of two records a second, this way
@@ -96,6 +100,9 @@ class Publisher:
         self._progress = Progress()
         self._server: SnapshotServer | None = None
         self._system: SystemSample | None = None
+        self._system_every = max(1.0, info.world_size / SYSTEM_SAMPLES_PER_S)
+        """Seconds between two published system samples of this rank."""
+        self._system_at = -math.inf
         self._end: RankEnd | None = None
         self._summary: str | None = None
         self._ctx: zmq.Context[zmq.Socket[bytes]] | None = None
@@ -337,9 +344,13 @@ class Publisher:
             self._publish("rec", first + lo, pack_array(chunk), len(chunk))
 
     def _send_system(self, sample: SystemSample) -> None:
-        body = pack(sample.to_wire())
         self._system = sample
-        self._publish("sys", self._history.next_seq - 1, body)
+        now = time.monotonic()
+        # Samples come about once a second: 0.9 x the period keeps every n-th one despite jitter.
+        if self._system_every > 1.0 and now - self._system_at < 0.9 * self._system_every:
+            return
+        self._system_at = now
+        self._publish("sys", self._history.next_seq - 1, pack(sample.to_wire()))
 
     def _send_event(self, kind: str, payload: dict[str, Any]) -> None:
         event = {"id": self._events.next_seq, "kind": kind, "payload": payload}

@@ -31,8 +31,8 @@ RESCAN_S = 1.0
 MAINTAIN_S = 0.1
 """Least time between two passes over every rank (snapshot requests, process checks, states):
 a pass is O(ranks), and nothing it looks at changes on a shorter time scale."""
-MAINTAIN_PER_RANK_S = 200e-6
-"""...and at least this much per rank (a pass costs about 10 µs a rank: 0.2 s at 1,000 ranks,
+MAINTAIN_PER_RANK_S = 300e-6
+"""...and at least this much per rank (a pass costs about 12 µs a rank: 0.3 s at 1,000 ranks,
 still far inside the 1 s heartbeat that liveness is measured in)."""
 _RANK_FILE = re.compile(r"rank-(\d+)\.json")
 
