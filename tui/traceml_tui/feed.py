@@ -26,15 +26,16 @@ IDLE_S = 1.0
 """Most time between two snapshots when nothing arrives, so ages, uptime and states move."""
 PUMP_S = 0.05
 """Longest the loop waits on the source at once, so cancellation is seen within this."""
-BUILD_SHARE = 0.2
-"""Most of the feed thread's time spent building snapshots: a snapshot that took 0.4 s to build
-(1,000 ranks) spaces the next ones 1.6 s apart, so the viewer never falls behind its source."""
-DRAW_SHARE = 0.2
+BUILD_SHARE = 0.15
+"""Most of the feed thread's time spent building snapshots: a snapshot that took 0.3 s to build
+(1,000 ranks) spaces the next ones 2 s apart, so the viewer never falls behind its source.
+With DRAW_SHARE this keeps the viewer under half a core (benchmarks/viewer.py)."""
+DRAW_SHARE = 0.15
+"""Most of a core the UI thread may spend per snapshot: when it spent 60 ms of CPU between the
+last two (drawing a big rank table that changed everywhere), the next ones come 0.4 s apart."""
 MAX_INTERVAL_S = 3.0
 """The display moves at least this often however costly its snapshots: one very costly draw
 (the first of a 1,000-row table) must not freeze it for long."""
-"""Most of a core the UI thread may spend per snapshot: when it spent 60 ms of CPU between the
-last two (drawing a big rank table that changed everywhere), the next ones come 0.24 s apart."""
 
 
 class Source(Protocol):
