@@ -129,10 +129,10 @@ def test_the_feed_paces_snapshots() -> None:
 
 
 def test_a_costly_snapshot_spaces_the_next_ones() -> None:
-    ticks = iter([0.0, 0.5])
+    ticks = iter([0.0, 0.3])
     feed = Feed(CannedSource(), lambda snap: None, timer=lambda: next(ticks))
     feed.snapshot(1.0)
-    assert feed.interval_s == pytest.approx(0.5 / feed_module.BUILD_SHARE)
+    assert feed.interval_s == pytest.approx(0.3 / feed_module.BUILD_SHARE)
 
 
 def test_a_costly_drawing_spaces_the_next_snapshots() -> None:
