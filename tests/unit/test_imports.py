@@ -46,3 +46,12 @@ def test_headless_modules_never_load_torch_or_textual(module: str) -> None:
     mods = loaded_after(f"import {module}")
     for heavy in ("torch", "textual", "mlflow", "wandb"):
         assert heavy not in mods, f"{module} imports {heavy}"
+
+
+def test_the_job_collector_process_never_loads_torch() -> None:
+    """It runs beside a training rank: torch would cost it seconds and hundreds of MB."""
+    mods = loaded_after(
+        "import traceml.transport.collectord, traceml.transport.jobcollector\n"
+        "import traceml.instrument.finish, traceml.analysis.summary, traceml.analysis.render"
+    )
+    assert "torch" not in mods and "textual" not in mods
