@@ -293,3 +293,18 @@ def test_a_snapshot_request_over_the_limit_is_told_busy_and_served_later(tmp_pat
         assert pub.stats.errors == 0
     assert seen.seqs[0] == list(range(backlog))
     assert malformed == 0
+
+
+def test_a_rank_that_ended_before_attach_and_comes_back_is_followed(tmp_path: Path) -> None:
+    """torchelastic restarted a rank while no viewer was attached, or between two of its
+    incarnations: its file names a new process, and the viewer follows it."""
+    with publisher_process(tmp_path, "again-1", "--backlog", "5", "--rate", "0") as first:
+        first.terminate()
+        assert first.wait(10) == 0
+    seen = Seen()
+    with attach(tmp_path, "again-1") as sub:
+        seen.add(sub.poll(50))
+        assert sub.rank_states(time.time()) == {0: "finished"}
+        with publisher_process(tmp_path, "again-1", "--backlog", "7", "--rate", "0"):
+            poll_until(sub, seen, lambda: seen.count() >= 7, timeout=20)
+            assert sub.rank_states(time.time()) == {0: "live"}

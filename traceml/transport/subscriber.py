@@ -8,6 +8,7 @@ else malformed is dropped and counted.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import re
@@ -28,6 +29,9 @@ MAX_MESSAGES_PER_SOCKET = 2000
 DRAIN_BUDGET_S = 0.05
 """Decoding time one poll() may spend; the rest waits for the next call (sockets stay ready)."""
 RESCAN_S = 1.0
+ENDED_RESCAN_S = 3.0
+"""How often the files of ranks that had ended when we attached are looked at again: torchelastic
+may restart them (a new process rewrites the file)."""
 MAINTAIN_S = 0.1
 """Least time between two passes over every rank (snapshot requests, process checks, states):
 a pass is O(ranks), and nothing it looks at changes on a shorter time scale."""
@@ -71,6 +75,8 @@ class Subscriber:
         self._states: dict[int, RankState] = {}
         self._host = socket.gethostname()
         self._scanned = 0.0
+        self._ended_scanned = 0.0
+        self._ended_mtime: dict[int, int] = {}
         self._maintained = -math.inf
         self._closed = False
         self._turn = 0
@@ -159,6 +165,9 @@ class Subscriber:
         self._pending.append(InfoEvent(rank.info))
         if rank.end is not None:
             self._ended[rank.rank] = rank
+            if rank.path is not None:
+                with contextlib.suppress(OSError):
+                    self._ended_mtime[rank.rank] = os.stat(rank.path).st_mtime_ns
             self._pending.append(EndEvent(rank.end, rank.summary_path))
             return
         link = RankLink(self._ctx, rank, now, local=not rank.host or rank.host == self._host)
@@ -200,6 +209,29 @@ class Subscriber:
                 self._add(read_rank_file(self.run.dir / name), now)
             except (OSError, TransportError, SchemaError):
                 continue
+        if now - self._ended_scanned >= ENDED_RESCAN_S:
+            self._ended_scanned = now
+            self._follow_restarts(now)
+
+    def _follow_restarts(self, now: float) -> None:
+        """A rank that had ended when we attached and whose file now names another, running
+        process was restarted: follow it like any live rank (its InfoEvent says the incarnation).
+        Files are read again only when their mtime moved."""
+        for rank, old in list(self._ended.items()):
+            if old.path is None:
+                continue
+            try:
+                mtime = os.stat(old.path).st_mtime_ns
+                if self._ended_mtime.get(rank) == mtime:
+                    continue
+                self._ended_mtime[rank] = mtime
+                fresh = read_rank_file(old.path)
+            except (OSError, TransportError, SchemaError):
+                continue
+            if fresh.end is None and fresh.pid != old.pid:
+                del self._ended[rank]
+                self._ended_mtime.pop(rank, None)
+                self._add(fresh, now)
 
     def _drain(self, sock: zmq.Socket[bytes], now: float, deadline: float) -> list[Event]:
         link = self._by_socket.get(sock)
