@@ -27,6 +27,7 @@ from traceml.config import Settings
 from traceml.errors import TransportError
 from traceml.records import RankEnd, StepRecord
 from traceml.transport import publisher as publisher_module
+from traceml.transport import snapshot as snapshot_module
 from traceml.transport.channels import MAX_HELD_SUBSCRIPTIONS
 from traceml.transport.codec import WELCOME, pack
 from traceml.transport.control import Request
@@ -262,10 +263,15 @@ def test_a_subscription_flood_resets_the_xpub_and_viewers_resync(
     assert resyncs >= 1
 
 
-def test_a_snapshot_request_over_the_limit_is_told_busy_and_served_later(tmp_path: Path) -> None:
+def test_a_snapshot_request_over_the_limit_is_told_busy_and_served_later(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """MAX_JOBS viewers that ask for a big snapshot and never read hold every slot: the next
     viewer is answered BUSY (not silence, not a malformed reply), asks again, and once a slot
     frees up gets everything."""
+    # Stuck jobs are abandoned after JOB_TIMEOUT_S; a slow host must not free a slot that way
+    # before the viewer asks.
+    monkeypatch.setattr(snapshot_module, "JOB_TIMEOUT_S", 600.0)
     backlog = 60_000
     settings = Settings(history_steps=backlog)
     with TxLoop(Publisher(make_info("busy-1"), settings, tmp_path)) as loop:
@@ -281,6 +287,8 @@ def test_a_snapshot_request_over_the_limit_is_told_busy_and_served_later(tmp_pat
             dealer.connect(pub.endpoints["ctl"])
             dealer.send(Request("snapshot", i + 1).pack())
             stuck.append(dealer)
+        for dealer in stuck:  # every slot is taken (each job sent its first part) before we ask
+            assert dealer.poll(10_000), "a stuck request was never served"
         seen = Seen()
         with attach(tmp_path, "busy-1") as sub:
             poll_until(sub, seen, lambda: pub.stats.busy >= 2)
