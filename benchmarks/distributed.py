@@ -38,6 +38,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from _common import Loop, pct
+
 if TYPE_CHECKING:
     from collections.abc import Iterator
     from multiprocessing.connection import Connection
@@ -64,62 +66,7 @@ DRAIN_QUIET_S = 2.0
 PHASES = (0.3, None, 0.25, 0.3, 0.1, None, 0.05)
 
 
-def pct(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
-
-
 # -- 1. DDP: the worker, run by torch.distributed.run ------------------------------------------
-
-
-class DdpLoop:
-    """A small MLP under DDP, trained on in-memory batches through a DataLoader."""
-
-    def __init__(self, width: int) -> None:
-        import torch
-        from torch.utils.data import DataLoader, TensorDataset
-
-        torch.manual_seed(0)
-        self.torch: Any = torch
-        mlp = torch.nn.Sequential(
-            torch.nn.Linear(64, width),
-            torch.nn.ReLU(),
-            torch.nn.Linear(width, width),
-            torch.nn.ReLU(),
-            torch.nn.Linear(width, 1),
-        )
-        self.model = torch.nn.parallel.DistributedDataParallel(mlp)
-        self.opt = torch.optim.SGD(self.model.parameters(), lr=1e-3)
-        data = TensorDataset(torch.randn(BATCH * 32, 64), torch.randn(BATCH * 32, 1))
-        self.loader = DataLoader(data, batch_size=BATCH)
-
-    def step(self, x: Any, y: Any) -> None:
-        self.opt.zero_grad(set_to_none=True)
-        self.torch.nn.functional.mse_loss(self.model(x), y).backward()
-        self.opt.step()
-
-    def block(self, steps: int, traced: bool) -> list[float]:
-        """Per-step wall times (µs), end of one step to end of the next, as TraceML cuts them."""
-        import traceml
-
-        times: list[float] = []
-        it = iter(self.loader)
-        t_prev = time.perf_counter()
-        while len(times) < steps:
-            try:
-                x, y = next(it)
-            except StopIteration:
-                it = iter(self.loader)
-                continue
-            if traced:
-                with traceml.trace_step(self.model):
-                    self.step(x, y)
-            else:
-                self.step(x, y)
-            now = time.perf_counter()
-            times.append((now - t_prev) * 1e6)
-            t_prev = now
-        return times
 
 
 @contextlib.contextmanager
@@ -145,7 +92,7 @@ def ddp_worker(out: Path, steps: int, rounds: int) -> None:
     traceml.init(mode="auto", summary=out / "final_summary.json")
     session = current_session()
     assert session is not None, "traceml did not start"
-    loop = DdpLoop(WIDTH)
+    loop = Loop(WIDTH, BATCH, ddp=True)
     loop.block(50, traced=False)
     times: dict[str, list[float]] = {"bare": [], "traced": [], "cpu_bare": [], "cpu_traced": []}
     for _ in range(rounds):

@@ -24,6 +24,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from _common import Loop, pct
+
 RUNTIME = Path(tempfile.mkdtemp(prefix="traceml-bench-"))
 RUNTIME.chmod(0o700)
 os.environ["TRACEML_RUNTIME_DIR"] = str(RUNTIME)
@@ -41,60 +43,6 @@ with Subscriber(resolve_run(sys.argv[1])) as sub:
     while True:
         apply_events(store, sub.poll(100))
 """
-
-
-def pct(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
-
-
-class Loop:
-    """A tiny MLP trained on in-memory batches; `width` sets how long a step takes."""
-
-    def __init__(self, width: int) -> None:
-        import torch
-        from torch.utils.data import DataLoader, TensorDataset
-
-        torch.manual_seed(0)
-        self.torch = torch
-        self.model = torch.nn.Sequential(
-            torch.nn.Linear(64, width),
-            torch.nn.ReLU(),
-            torch.nn.Linear(width, width),
-            torch.nn.ReLU(),
-            torch.nn.Linear(width, 1),
-        )
-        self.opt = torch.optim.SGD(self.model.parameters(), lr=1e-3)
-        data = TensorDataset(torch.randn(64 * 32, 64), torch.randn(64 * 32, 1))
-        self.loader = DataLoader(data, batch_size=64)
-
-    def block(self, steps: int, traced: bool) -> list[float]:
-        import traceml
-
-        torch, model, opt = self.torch, self.model, self.opt
-        loss_fn = torch.nn.functional.mse_loss
-        times: list[float] = []
-        it = iter(self.loader)
-        t_prev = time.perf_counter()
-        while len(times) < steps:
-            try:
-                x, y = next(it)
-            except StopIteration:
-                it = iter(self.loader)
-                continue
-            if traced:
-                with traceml.trace_step(model):
-                    opt.zero_grad(set_to_none=True)
-                    loss_fn(model(x), y).backward()
-                    opt.step()
-            else:
-                opt.zero_grad(set_to_none=True)
-                loss_fn(model(x), y).backward()
-                opt.step()
-            now = time.perf_counter()
-            times.append((now - t_prev) * 1e6)
-            t_prev = now
-        return times
 
 
 def calibrate(target_ms: float) -> Loop:

@@ -38,7 +38,6 @@ import json
 import math
 import multiprocessing as mp
 import os
-import resource
 import shutil
 import socket
 import statistics
@@ -49,6 +48,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import psutil
+from _common import pct
 
 if TYPE_CHECKING:
     from multiprocessing.process import BaseProcess
@@ -147,17 +147,6 @@ class Result:
 # -- shared ------------------------------------------------------------------------------------
 
 
-def raise_fd_limit() -> None:
-    """Soft RLIMIT_NOFILE up to the hard one: a publisher holds ~10 fds, a viewer ~4 per rank."""
-    _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-
-
-def pct(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
-
-
 # -- the fleet (child processes) ---------------------------------------------------------------
 
 
@@ -242,8 +231,9 @@ def run_fleet(spec: FleetSpec, opened: Event, go: Event, stop: Event) -> None:
     """Child process: open the publishers, service them until `go`, then also publish steps
     (so the viewer starts from live data, not a history to catch up on) until `stop`."""
     from traceml.transport import publisher
+    from traceml.transport.subscriber import raise_fd_limit
 
-    raise_fd_limit()
+    raise_fd_limit()  # a publisher holds ~10 fds
     publisher.FILE_UPDATE_S = RANK_FILE_EVERY_S
     fleet = Fleet(spec)
     fleet.open()
@@ -341,6 +331,8 @@ def make_app(spec: ViewerSpec, sig: ViewerSignals, log: dict[str, Any]) -> App[i
 
 def run_viewer(spec: ViewerSpec, sig: ViewerSignals) -> None:
     """Child process: the real app, headless, until `stop`; then its draw log to spec.out."""
+    from traceml.transport.subscriber import raise_fd_limit
+
     raise_fd_limit()
     if spec.max_sockets is not None:
         lift_socket_limit(spec.max_sockets)

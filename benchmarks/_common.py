@@ -1,0 +1,63 @@
+"""What the benchmarks share: the small MLP training loop they time, and a percentile."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+
+def pct(values: list[float], q: float) -> float:
+    """The q-quantile (0..1) of `values`, nearest rank below."""
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+class Loop:
+    """A small MLP trained on in-memory batches through a DataLoader; `width` sets how long a
+    step takes, `ddp` wraps the model in DistributedDataParallel (a process group must exist)."""
+
+    def __init__(self, width: int, batch: int = 64, *, ddp: bool = False) -> None:
+        import torch
+        from torch.utils.data import DataLoader, TensorDataset
+
+        torch.manual_seed(0)
+        self.torch: Any = torch
+        mlp = torch.nn.Sequential(
+            torch.nn.Linear(64, width),
+            torch.nn.ReLU(),
+            torch.nn.Linear(width, width),
+            torch.nn.ReLU(),
+            torch.nn.Linear(width, 1),
+        )
+        self.model = torch.nn.parallel.DistributedDataParallel(mlp) if ddp else mlp
+        self.opt = torch.optim.SGD(self.model.parameters(), lr=1e-3)
+        data = TensorDataset(torch.randn(batch * 32, 64), torch.randn(batch * 32, 1))
+        self.loader = DataLoader(data, batch_size=batch)
+
+    def step(self, x: Any, y: Any) -> None:
+        self.opt.zero_grad(set_to_none=True)
+        self.torch.nn.functional.mse_loss(self.model(x), y).backward()
+        self.opt.step()
+
+    def block(self, steps: int, traced: bool) -> list[float]:
+        """Per-step wall times (µs), end of one step to end of the next, as TraceML cuts them."""
+        import traceml
+
+        times: list[float] = []
+        it = iter(self.loader)
+        t_prev = time.perf_counter()
+        while len(times) < steps:
+            try:
+                x, y = next(it)
+            except StopIteration:
+                it = iter(self.loader)
+                continue
+            if traced:
+                with traceml.trace_step(self.model):
+                    self.step(x, y)
+            else:
+                self.step(x, y)
+            now = time.perf_counter()
+            times.append((now - t_prev) * 1e6)
+            t_prev = now
+        return times
