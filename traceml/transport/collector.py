@@ -65,9 +65,10 @@ class RankSeen:
     """What the collector knows of one pushing rank."""
 
     last_frame: float
-    ended: bool = False
+    end: RankEnd | None = None
+    """The rank's last word, once it said it."""
     node: str | None = None
-    """The rank's node (relay.node_key), from its hello; None until then."""
+    """The rank's node (node.node_key), from its hello; None until then."""
 
 
 class Collector:
@@ -151,8 +152,8 @@ class Collector:
             seen.node = node if isinstance(node, str) else None
             return [InfoEvent(RankInfo.from_wire(payload))]
         if body.get("kind") == "end" and isinstance(payload, dict):
-            seen.ended = True
-            return [EndEvent(RankEnd.from_wire(payload.get("end")), payload.get("summary_path"))]
+            seen.end = RankEnd.from_wire(payload.get("end"))
+            return [EndEvent(seen.end, payload.get("summary_path"))]
         return []
 
     def remote(self, rank: int) -> bool:

@@ -112,7 +112,7 @@ def serve(config: Config, out: TextIO) -> int:
                 _progress(store)
             time.sleep(TICK_S)
         job.settle(range(config.world_size), SETTLE_S if job.ended(0) else 2 * SETTLE_S)
-        path, trouble = write_job_summary(settings, config.run_id, store, job.ends.get(0))
+        path, trouble = write_job_summary(settings, config.run_id, store, job.end(0))
         _say(out, {"summary": None if path is None else str(path), "trouble": trouble})
     finally:
         job.close()

@@ -20,7 +20,7 @@ from typing import Any
 from traceml.config import Settings
 from traceml.records import RankEnd, RankInfo
 from traceml.transport.collector import Collector, CollectorAddress
-from traceml.transport.events import EndEvent, Event
+from traceml.transport.events import Event
 from traceml.transport.fold import apply_events
 from traceml.transport.relay import Relays
 
@@ -75,8 +75,6 @@ class JobCollector:
         self.run_id = run_id
         self.world_size = world_size
         self.store = store
-        self.ends: dict[int, RankEnd] = {}
-        """Each rank's last word, as it said it."""
         self.collector = Collector(run_id, endpoint, curve=curve)
         self._relays = (
             Relays(settings, settings.runtime_dir, self.collector.remote, world_size)
@@ -98,15 +96,16 @@ class JobCollector:
 
     def take(self, events: list[Event], now: float) -> None:
         apply_events(self.store, events)
-        for event in events:
-            if isinstance(event, EndEvent):
-                self.ends[event.rank] = event.end
         if self._relays is not None and events:
             self._relays.route(events, now)
 
-    def ended(self, rank: int) -> bool:
+    def end(self, rank: int) -> RankEnd | None:
+        """The rank's last word, once it said it."""
         seen = self.collector.ranks.get(rank)
-        return seen is not None and seen.ended
+        return seen.end if seen is not None else None
+
+    def ended(self, rank: int) -> bool:
+        return self.end(rank) is not None
 
     def settle(self, expected: Iterable[int], timeout_s: float) -> None:
         """Wait up to `timeout_s` for the `expected` ranks' ends (a rank on this host whose
@@ -130,7 +129,7 @@ class JobCollector:
         now = time.time()
         for rank in sorted(expected):
             seen = self.collector.ranks.get(rank)
-            if seen is not None and seen.ended:
+            if seen is not None and seen.end is not None:
                 continue
             if seen is None and self.store.info(rank) is None:
                 self.store.add_info(RankInfo(self.run_id, rank, world_size=self.world_size))
