@@ -121,3 +121,16 @@ def test_a_killed_rank_0_still_gets_the_jobs_summary(runtime_dir: Path, tmp_path
     rows = {r["rank"]: r for r in data["ranks"]}
     assert rows[0]["state"] == "dead" and rows[0]["steps"] == 30
     assert rows[1]["state"] == "finished"
+
+
+def test_a_collector_still_running_at_close_is_reaped_later(tmp_path: Path) -> None:
+    """Rank 0 may train on for hours after shutdown: the collector it leaves finishing its
+    summary must not stay a zombie in its process table."""
+    handle = CollectorProcess(config(tmp_path, tmp_path / "s.json", os.getpid()))
+    handle.proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(0.5)"])
+    handle.reap()
+    assert handle.proc.returncode is None, "reap must not wait for a process still writing"
+    deadline = time.monotonic() + 10
+    while handle.proc.returncode is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert handle.proc.returncode == 0

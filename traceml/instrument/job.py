@@ -133,6 +133,12 @@ def _read_line(stream: IO[bytes], timeout_s: float) -> dict[str, Any] | None:
     return message if isinstance(message, dict) else None
 
 
+def _reap(proc: subprocess.Popen[bytes]) -> None:
+    proc.wait()
+    if proc.stdout is not None:
+        proc.stdout.close()
+
+
 class CollectorProcess:
     """Rank 0's handle on the collector process."""
 
@@ -167,14 +173,18 @@ class CollectorProcess:
         return message if message is not None and "summary" in message else None
 
     def reap(self) -> None:
-        """Collect the exit status if it is done; a process still writing finishes on its own."""
-        if self.proc is not None:
-            try:
-                self.proc.wait(timeout=0.1)
-            except subprocess.TimeoutExpired:
-                return
-            if self.proc.stdout is not None:
-                self.proc.stdout.close()
+        """Collect the exit status; a process still writing finishes on its own and is reaped
+        by a daemon thread, so a rank that trains on after shutdown keeps no zombie."""
+        proc = self.proc
+        if proc is None:
+            return
+        try:
+            proc.wait(timeout=0.1)
+        except subprocess.TimeoutExpired:
+            threading.Thread(target=_reap, args=(proc,), name="traceml-reap", daemon=True).start()
+            return
+        if proc.stdout is not None:
+            proc.stdout.close()
 
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
