@@ -152,10 +152,12 @@ class _Rank:
         parts = [a for s, a in sorted(self.segments.items()) if first is None or s >= first]
         return (WindowStats.merged(parts) if parts else WindowStats()), None
 
-    def comm_stats(self, thresholds: Thresholds, window: int | None) -> CommTotals:
-        """All-reduce wait over the summary window, or over the last `window` steps (live)."""
-        if window is not None:
-            return CommTotals.of(itertools.islice(reversed(self.ring), max(0, window)))
+    def comm_recent(self, window: int) -> CommTotals:
+        """All-reduce wait over the last `window` steps (the live view)."""
+        return CommTotals.of(itertools.islice(reversed(self.ring), max(0, window)))
+
+    def comm_summary(self, thresholds: Thresholds) -> CommTotals:
+        """All-reduce wait over the summary window (after warm-up)."""
         start = summary_start(self.total_steps, thresholds)
         if self.evicted_max < start:
             return CommTotals.of(r for r in self.ring if r.step >= start)
@@ -175,7 +177,7 @@ class _Rank:
         if cached is not None and cached[0] == self.version and cached[1] == window:
             return cached[2]
         built = _window(rank, self, *self.live_stats(window))
-        comm = self.comm_stats(DEFAULT_THRESHOLDS, window)
+        comm = self.comm_recent(window)
         if comm.steps:
             built = dataclasses.replace(
                 built, comm_wait_share=comm.share, comm_wait_ms=comm.mean_ms
@@ -326,9 +328,11 @@ class RunStore:
 
     def comm_totals(self, kind: ViewKind = "summary") -> dict[int, CommTotals]:
         """DDP all-reduce wait per rank, over the summary window or the live window."""
-        window = self.thresholds.live_window if kind == "live" else None
+        th = self.thresholds
         with self._lock:
-            return {r: d.comm_stats(self.thresholds, window) for r, d in self._ranks.items()}
+            if kind == "live":
+                return {r: d.comm_recent(th.live_window) for r, d in self._ranks.items()}
+            return {r: d.comm_summary(th) for r, d in self._ranks.items()}
 
     def summary_view(self) -> RunView:
         """The whole run of every rank after warm-up (see the module docstring)."""
