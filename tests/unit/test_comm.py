@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from tests.unit._clock import FakeClock
 from traceml.instrument.comm import (
     MAX_BUCKETS,
     CommLink,
@@ -22,14 +23,6 @@ from traceml.instrument.hooks import Hooks
 from traceml.instrument.resolve import to_record
 from traceml.instrument.timer import BACKWARD, RawStep, StepTimer
 from traceml.records import StepRecord
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.t = 1_000_000
-
-    def __call__(self) -> int:
-        return self.t
 
 
 class FakeTensor:
@@ -92,15 +85,15 @@ class FakeBucket:
 
 
 @pytest.fixture
-def rig() -> tuple[CommWait, Clock, FakeGroup, CommLink]:
-    clock = Clock()
+def rig() -> tuple[CommWait, FakeClock, FakeGroup, CommLink]:
+    clock = FakeClock(1_000_000)
     comm = CommWait(clock)
     group = FakeGroup(4)
     return comm, clock, group, CommLink(group, comm)
 
 
 def test_hook_does_ddps_reduction_and_stamps_ready_and_done(
-    rig: tuple[CommWait, Clock, FakeGroup, CommLink],
+    rig: tuple[CommWait, FakeClock, FakeGroup, CommLink],
 ) -> None:
     comm, clock, group, link = rig
     dense, sparse = FakeTensor(), FakeTensor(sparse=True)
@@ -118,7 +111,7 @@ def test_hook_does_ddps_reduction_and_stamps_ready_and_done(
 
 
 def test_exposed_wait_is_last_ready_to_last_done(
-    rig: tuple[CommWait, Clock, FakeGroup, CommLink],
+    rig: tuple[CommWait, FakeClock, FakeGroup, CommLink],
 ) -> None:
     comm, clock, group, link = rig
     for _ in range(3):
@@ -136,7 +129,7 @@ def test_exposed_wait_is_last_ready_to_last_done(
 
 
 def test_wait_without_completion_stamp_ends_at_backward_end(
-    rig: tuple[CommWait, Clock, FakeGroup, CommLink],
+    rig: tuple[CommWait, FakeClock, FakeGroup, CommLink],
 ) -> None:
     comm, clock, _, link = rig
     traced_allreduce(link, FakeBucket(FakeTensor()))
@@ -146,7 +139,7 @@ def test_wait_without_completion_stamp_ends_at_backward_end(
 
 
 def test_waits_of_several_backwards_add_up_and_no_bucket_is_zero(
-    rig: tuple[CommWait, Clock, FakeGroup, CommLink],
+    rig: tuple[CommWait, FakeClock, FakeGroup, CommLink],
 ) -> None:
     comm, clock, _, link = rig
     comm.backward_done()  # a no_sync backward: nothing all-reduced
@@ -158,7 +151,7 @@ def test_waits_of_several_backwards_add_up_and_no_bucket_is_zero(
 
 
 def test_timestamps_are_bounded_and_off_after_unlink(
-    rig: tuple[CommWait, Clock, FakeGroup, CommLink],
+    rig: tuple[CommWait, FakeClock, FakeGroup, CommLink],
 ) -> None:
     comm, _, group, link = rig
     comm.ready = [0] * MAX_BUCKETS
@@ -172,7 +165,9 @@ def test_timestamps_are_bounded_and_off_after_unlink(
     assert len(group.calls) == 2
 
 
-def test_link_pickles_and_copies_inert(rig: tuple[CommWait, Clock, FakeGroup, CommLink]) -> None:
+def test_link_pickles_and_copies_inert(
+    rig: tuple[CommWait, FakeClock, FakeGroup, CommLink],
+) -> None:
     _, _, _, link = rig
     for clone in (pickle.loads(pickle.dumps(link)), copy.deepcopy(link)):
         assert clone.comm is None and clone.group is None
@@ -185,7 +180,7 @@ def test_attach_ignores_what_is_not_ddp() -> None:
 
 def test_timer_carries_the_steps_wait() -> None:
     out: deque[RawStep] = deque()
-    clock = Clock()
+    clock = FakeClock(1_000_000)
     timer = StepTimer(out, clock=clock)
     timer.enter()
     timer.exit()

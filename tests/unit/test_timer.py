@@ -6,6 +6,7 @@ from collections import deque
 
 import pytest
 
+from tests.unit._clock import FakeClock
 from traceml.instrument.timer import (
     BACKWARD,
     BETWEEN,
@@ -16,17 +17,6 @@ from traceml.instrument.timer import (
     RawStep,
     StepTimer,
 )
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.t = 1_000
-
-    def __call__(self) -> int:
-        return self.t
-
-    def advance(self, ns: int) -> None:
-        self.t += ns
 
 
 @pytest.fixture
