@@ -134,6 +134,7 @@ def _read_line(stream: IO[bytes], timeout_s: float) -> dict[str, Any] | None:
 
 
 def _reap(proc: subprocess.Popen[bytes]) -> None:
+    """Wait for the collector to exit, then close its pipe."""
     proc.wait()
     if proc.stdout is not None:
         proc.stdout.close()
@@ -183,8 +184,7 @@ class CollectorProcess:
         except subprocess.TimeoutExpired:
             threading.Thread(target=_reap, args=(proc,), name="traceml-reap", daemon=True).start()
             return
-        if proc.stdout is not None:
-            proc.stdout.close()
+        _reap(proc)  # exited: returns at once
 
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
