@@ -152,10 +152,6 @@ class _Rank:
         parts = [a for s, a in sorted(self.segments.items()) if first is None or s >= first]
         return (WindowStats.merged(parts) if parts else WindowStats()), None
 
-    def comm_recent(self, window: int) -> CommTotals:
-        """All-reduce wait over the last `window` steps (the live view)."""
-        return CommTotals.of(itertools.islice(reversed(self.ring), max(0, window)))
-
     def comm_summary(self, thresholds: Thresholds) -> CommTotals:
         """All-reduce wait over the summary window (after warm-up)."""
         start = summary_start(self.total_steps, thresholds)
@@ -164,20 +160,19 @@ class _Rank:
         first = min((s for s in self.segments if s >= start), default=None)
         return CommTotals.merged(c for s, c in self.comm.items() if first is None or s >= first)
 
-    def live_stats(self, window: int) -> tuple[WindowStats | RecentStats, list[float] | None]:
-        recent = list(itertools.islice(reversed(self.ring), window)) if window > 0 else []
-        if len(recent) > SERIES_POINTS:
-            return _exact(recent[::-1])
-        stats = RecentStats(recent[::-1])
-        return stats, stats.sorted_ms
+    def recent(self, window: int) -> list[StepRecord]:
+        """The last `window` steps kept, oldest first (the live view's window)."""
+        newest_first = list(itertools.islice(reversed(self.ring), window)) if window > 0 else []
+        return newest_first[::-1]
 
     def live_window(self, rank: int, window: int) -> RankWindow:
         """The live RankWindow of the last `window` steps, rebuilt only after a change."""
         cached = self.live
         if cached is not None and cached[0] == self.version and cached[1] == window:
             return cached[2]
-        built = _window(rank, self, *self.live_stats(window))
-        comm = self.comm_recent(window)
+        recent = self.recent(window)
+        built = _window(rank, self, *_live_stats(recent))
+        comm = CommTotals.of(recent)
         if comm.steps:
             built = dataclasses.replace(
                 built, comm_wait_share=comm.share, comm_wait_ms=comm.mean_ms
@@ -188,6 +183,14 @@ class _Rank:
 
 def _exact(records: Sequence[StepRecord]) -> tuple[WindowStats, list[float]]:
     return WindowStats.of(records), sorted(r.step_ms for r in records)
+
+
+def _live_stats(recent: list[StepRecord]) -> tuple[WindowStats | RecentStats, list[float] | None]:
+    """Stats of a live window (oldest first): column-built while it fits SERIES_POINTS."""
+    if len(recent) > SERIES_POINTS:
+        return _exact(recent)
+    stats = RecentStats(recent)
+    return stats, stats.sorted_ms
 
 
 def _window(
@@ -331,7 +334,7 @@ class RunStore:
         th = self.thresholds
         with self._lock:
             if kind == "live":
-                return {r: d.comm_recent(th.live_window) for r, d in self._ranks.items()}
+                return {r: CommTotals.of(d.recent(th.live_window)) for r, d in self._ranks.items()}
             return {r: d.comm_summary(th) for r, d in self._ranks.items()}
 
     def summary_view(self) -> RunView:
