@@ -46,9 +46,9 @@ if TYPE_CHECKING:
     from multiprocessing.process import BaseProcess
 
     from traceml.analysis.store import RunStore
+    from traceml.collect.collector import Collector
     from traceml.records import StepRecord
-    from traceml.transport.collector import Collector
-    from traceml.transport.feed import CollectorFeed
+    from traceml.transport.publish.feed import CollectorFeed
 
 WIDTH = 256
 """Hidden width of the DDP MLP: about 5 ms per synchronised step on a 2-core host."""
@@ -201,7 +201,7 @@ def run_collector(endpoint: str, run_id: str, conn: Connection) -> None:
     """Child process: rank 0's side. Bind, send the address, and from "go" on do rank 0's
     collector work until told how many records were sent and all came (or nothing comes)."""
     from traceml.analysis.store import RunStore
-    from traceml.transport.collector import Collector
+    from traceml.collect.collector import Collector
 
     collector = Collector(run_id, endpoint, curve=False)
     conn.send(collector.open().encode())
@@ -234,8 +234,8 @@ def drain(collector: Collector, store: RunStore, conn: Connection) -> tuple[int,
 
 def ingest(collector: Collector, store: RunStore) -> int:
     """One tick of rank 0's collector: poll, fold, count the step records."""
-    from traceml.transport.events import StepsEvent
-    from traceml.transport.fold import apply_events
+    from traceml.transport.subscribe.fold import apply_events
+    from traceml.transport.wire.events import StepsEvent
 
     events = collector.poll()
     apply_events(store, events)
@@ -244,8 +244,8 @@ def ingest(collector: Collector, store: RunStore) -> int:
 
 def make_feeds(address: str, run_id: str, ranks: range) -> list[CollectorFeed]:
     from traceml.records import RankInfo
-    from traceml.transport.collector import CollectorAddress
-    from traceml.transport.feed import CollectorFeed
+    from traceml.transport.publish.feed import CollectorFeed
+    from traceml.transport.wire.address import CollectorAddress
 
     host, pid, now = socket.gethostname(), os.getpid(), time.time()
     feeds = []

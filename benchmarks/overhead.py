@@ -34,9 +34,9 @@ os.environ["TRACEML_RUN_ID"] = f"bench-overhead-{os.getpid()}"
 VIEWER = """
 import sys, time
 from traceml.analysis.store import RunStore
-from traceml.transport.fold import apply_events
-from traceml.transport.runs import resolve_run
-from traceml.transport.subscriber import Subscriber
+from traceml.transport.subscribe.fold import apply_events
+from traceml.transport.subscribe.runs import resolve_run
+from traceml.transport.subscribe.subscriber import Subscriber
 store = RunStore()
 with Subscriber(resolve_run(sys.argv[1])) as sub:
     print("attached", flush=True)

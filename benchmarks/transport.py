@@ -23,10 +23,10 @@ import zmq
 
 from traceml.config import Settings
 from traceml.records import RankEnd, RankInfo, StepRecord
-from traceml.transport.events import StepsEvent
-from traceml.transport.publisher import Publisher
-from traceml.transport.runs import resolve_run
-from traceml.transport.subscriber import Subscriber
+from traceml.transport.publish.publisher import Publisher
+from traceml.transport.subscribe.runs import resolve_run
+from traceml.transport.subscribe.subscriber import Subscriber
+from traceml.transport.wire.events import StepsEvent
 
 BATCH = 16
 """Records per send_steps call: what a tx thread draining every 20 ms sees at ~800 steps/s."""

@@ -57,7 +57,7 @@ if TYPE_CHECKING:
     from textual.app import App
 
     from traceml.records import StepRecord
-    from traceml.transport.publisher import Publisher
+    from traceml.transport.publish.publisher import Publisher
 
 TICK_S = 0.02
 """Fleet loop period, as a rank's tx thread (traceml.instrument.worker.TICK_S)."""
@@ -187,7 +187,7 @@ class Fleet:
     def open(self) -> None:
         from traceml.config import Settings
         from traceml.records import RankInfo
-        from traceml.transport.publisher import Publisher
+        from traceml.transport.publish.publisher import Publisher
 
         s, host, pid, now = self.spec, socket.gethostname(), os.getpid(), time.time()
         for r in self.ranks:
@@ -230,8 +230,8 @@ class Fleet:
 def run_fleet(spec: FleetSpec, opened: Event, go: Event, stop: Event) -> None:
     """Child process: open the publishers, service them until `go`, then also publish steps
     (so the viewer starts from live data, not a history to catch up on) until `stop`."""
-    from traceml.transport import publisher
-    from traceml.transport.subscriber import raise_fd_limit
+    from traceml.transport.publish import publisher
+    from traceml.transport.subscribe.subscriber import raise_fd_limit
 
     raise_fd_limit()  # a publisher holds ~10 fds
     publisher.FILE_UPDATE_S = RANK_FILE_EVERY_S
@@ -331,7 +331,7 @@ def make_app(spec: ViewerSpec, sig: ViewerSignals, log: dict[str, Any]) -> App[i
 
 def run_viewer(spec: ViewerSpec, sig: ViewerSignals) -> None:
     """Child process: the real app, headless, until `stop`; then its draw log to spec.out."""
-    from traceml.transport.subscriber import raise_fd_limit
+    from traceml.transport.subscribe.subscriber import raise_fd_limit
 
     raise_fd_limit()
     if spec.max_sockets is not None:

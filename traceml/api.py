@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING, Any
 
 from traceml.config import PHASES_MANUAL, settings_from_env
 from traceml.errors import ConfigError
-from traceml.instrument.probe import warn_once
 from traceml.instrument.timer import phase_index
+from traceml.probe import warn_once
 
 if TYPE_CHECKING:
     from traceml.instrument.session import Session

@@ -31,8 +31,8 @@ from tests.faults._harness import (
     warnings,
 )
 from traceml.analysis.schema import validate_summary
-from traceml.instrument.finish import FALLBACK_NAME
-from traceml.transport.runfile import read_rank_file
+from traceml.collect.finish import FALLBACK_NAME
+from traceml.transport.runfiles.runfile import read_rank_file
 
 pytestmark = [pytest.mark.faults, pytest.mark.slow]
 

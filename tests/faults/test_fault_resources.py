@@ -20,7 +20,7 @@ from tests.faults._harness import (
     summary_of,
     training,
 )
-from traceml.transport.runfile import read_rank_file
+from traceml.transport.runfiles.runfile import read_rank_file
 
 pytestmark = [pytest.mark.faults, pytest.mark.slow]
 

@@ -24,8 +24,8 @@ from tests.faults._harness import (
     training,
     warnings,
 )
-from traceml.transport.codec import WELCOME, Header
-from traceml.transport.control import Request
+from traceml.transport.wire.codec import WELCOME, Header
+from traceml.transport.wire.control import Request
 
 pytestmark = [pytest.mark.faults, pytest.mark.slow]
 

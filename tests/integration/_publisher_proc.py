@@ -23,7 +23,7 @@ from pathlib import Path
 from traceml.config import Settings
 from traceml.errors import TransportError
 from traceml.records import RankEnd, RankInfo, StepRecord
-from traceml.transport.publisher import Publisher
+from traceml.transport.publish.publisher import Publisher
 
 
 def make_info(

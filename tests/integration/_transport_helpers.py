@@ -12,9 +12,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from traceml.transport.events import Event, StateEvent, StepsEvent
-from traceml.transport.runs import resolve_run
-from traceml.transport.subscriber import Subscriber
+from traceml.transport.subscribe.runs import resolve_run
+from traceml.transport.subscribe.subscriber import Subscriber
+from traceml.transport.wire.events import Event, StateEvent, StepsEvent
 
 HELPER = Path(__file__).with_name("_publisher_proc.py")
 

@@ -1,4 +1,4 @@
-"""The job collector process (`python -m traceml.transport.collectord`), for real: spawned as
+"""The job collector process (`python -m traceml.collect.collectord`), for real: spawned as
 rank 0 spawns it, fed by real CollectorFeeds, writing the job's summary."""
 
 from __future__ import annotations
@@ -14,11 +14,11 @@ from pathlib import Path
 
 from tests.integration._publisher_proc import make_step
 from traceml.analysis.schema import validate_summary
+from traceml.collect.collectord import Config
 from traceml.instrument.job import CollectorProcess
 from traceml.records import RankEnd, RankInfo
-from traceml.transport.collector import CollectorAddress
-from traceml.transport.collectord import Config
-from traceml.transport.feed import CollectorFeed
+from traceml.transport.publish.feed import CollectorFeed
+from traceml.transport.wire.address import CollectorAddress
 
 RUN = "collectord-test"
 
@@ -81,7 +81,7 @@ def test_it_writes_the_jobs_summary_when_rank_0_ends(runtime_dir: Path, tmp_path
 PARENT = """
 import dataclasses, json, os, sys, time
 from traceml.instrument.job import CollectorProcess
-from traceml.transport.collectord import Config
+from traceml.collect.collectord import Config
 config = dataclasses.replace(Config(**json.loads(sys.argv[1])), parent_pid=os.getpid())
 address = CollectorProcess(config).start()
 print(address.encode(), flush=True)

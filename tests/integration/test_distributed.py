@@ -20,10 +20,10 @@ from tests.conftest import EXAMPLES, child_env, traceml_cmd
 from traceml.analysis.diagnose import diagnose
 from traceml.analysis.schema import validate_summary
 from traceml.analysis.store import RunStore
-from traceml.transport.events import GapEvent, InfoEvent
-from traceml.transport.fold import apply_events
-from traceml.transport.runs import list_runs
-from traceml.transport.subscriber import Subscriber
+from traceml.transport.subscribe.fold import apply_events
+from traceml.transport.subscribe.runs import list_runs
+from traceml.transport.subscribe.subscriber import Subscriber
+from traceml.transport.wire.events import GapEvent, InfoEvent
 
 pytestmark = pytest.mark.slow
 STRAGGLER = str(EXAMPLES / "ddp_straggler.py")

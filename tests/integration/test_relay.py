@@ -16,14 +16,14 @@ import pytest
 
 from tests.integration._publisher_proc import make_step
 from tests.integration._transport_helpers import Seen
+from traceml.collect.collector import Collector
+from traceml.collect.relay import MIN_HISTORY, Relays
 from traceml.config import Settings
 from traceml.records import RankEnd, RankInfo
-from traceml.transport.collector import Collector
-from traceml.transport.events import EndEvent
-from traceml.transport.feed import CollectorFeed
-from traceml.transport.relay import MIN_HISTORY, Relays
-from traceml.transport.runs import list_runs, resolve_run
-from traceml.transport.subscriber import Subscriber
+from traceml.transport.publish.feed import CollectorFeed
+from traceml.transport.subscribe.runs import list_runs, resolve_run
+from traceml.transport.subscribe.subscriber import Subscriber
+from traceml.transport.wire.events import EndEvent
 
 RUN = "relay-test"
 

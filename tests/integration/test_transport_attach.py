@@ -15,12 +15,12 @@ from tests.integration._publisher_proc import TxLoop, make_info, make_step
 from tests.integration._transport_helpers import Seen, attach, poll_until, wait_for
 from traceml.config import Settings
 from traceml.records import RankEnd, SystemSample
-from traceml.transport import publisher as publisher_module
-from traceml.transport.codec import WELCOME, Header, decode_steps, parse_topic
-from traceml.transport.events import EndEvent, GapEvent, HeartbeatEvent, InfoEvent
-from traceml.transport.publisher import Publisher
-from traceml.transport.runs import list_runs
-from traceml.transport.subscriber import Subscriber
+from traceml.transport.publish import publisher as publisher_module
+from traceml.transport.publish.publisher import Publisher
+from traceml.transport.subscribe.runs import list_runs
+from traceml.transport.subscribe.subscriber import Subscriber
+from traceml.transport.wire.codec import WELCOME, Header, decode_steps, parse_topic
+from traceml.transport.wire.events import EndEvent, GapEvent, HeartbeatEvent, InfoEvent
 
 
 def _loop(runtime: Path, run_id: str, rank: int = 0, history: int = 4096) -> TxLoop:

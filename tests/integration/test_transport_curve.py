@@ -11,11 +11,11 @@ import zmq
 from tests.integration._publisher_proc import TxLoop, make_info
 from tests.integration._transport_helpers import Seen, attach, poll_until
 from traceml.config import Settings
-from traceml.transport.codec import WELCOME
-from traceml.transport.control import Request
-from traceml.transport.publisher import Publisher
-from traceml.transport.runs import resolve_run
-from traceml.transport.security import make_client, new_keypair
+from traceml.transport.publish.publisher import Publisher
+from traceml.transport.subscribe.runs import resolve_run
+from traceml.transport.wire.codec import WELCOME
+from traceml.transport.wire.control import Request
+from traceml.transport.wire.security import make_client, new_keypair
 
 
 def _plain(ctx: zmq.Context[zmq.Socket[bytes]], kind: int, endpoint: str) -> zmq.Socket[bytes]:

@@ -26,16 +26,16 @@ from tests.integration._transport_helpers import (
 from traceml.config import Settings
 from traceml.errors import TransportError
 from traceml.records import RankEnd, StepRecord
-from traceml.transport import publisher as publisher_module
-from traceml.transport import snapshot as snapshot_module
-from traceml.transport.channels import MAX_HELD_SUBSCRIPTIONS
-from traceml.transport.codec import WELCOME, pack
-from traceml.transport.control import Request
-from traceml.transport.events import HeartbeatEvent
-from traceml.transport.publisher import Publisher
-from traceml.transport.runs import list_runs, resolve_run
-from traceml.transport.snapshot import MAX_JOBS
-from traceml.transport.subscriber import Subscriber
+from traceml.transport.publish import publisher as publisher_module
+from traceml.transport.publish import snapshot as snapshot_module
+from traceml.transport.publish.channels import MAX_HELD_SUBSCRIPTIONS
+from traceml.transport.publish.publisher import Publisher
+from traceml.transport.publish.snapshot import MAX_JOBS
+from traceml.transport.subscribe.runs import list_runs, resolve_run
+from traceml.transport.subscribe.subscriber import Subscriber
+from traceml.transport.wire.codec import WELCOME, pack
+from traceml.transport.wire.control import Request
+from traceml.transport.wire.events import HeartbeatEvent
 
 
 def _state(runtime: Path, run_id: str) -> str:

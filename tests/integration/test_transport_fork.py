@@ -14,8 +14,8 @@ from tests.integration._transport_helpers import Seen, attach, poll_until, wait_
 from traceml.config import Settings
 from traceml.errors import TransportError
 from traceml.records import RankEnd, SystemSample
-from traceml.transport.publisher import Publisher
-from traceml.transport.runfile import read_rank_file
+from traceml.transport.publish.publisher import Publisher
+from traceml.transport.runfiles.runfile import read_rank_file
 
 
 def _use_in_child(pub: Publisher) -> int:

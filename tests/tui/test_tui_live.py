@@ -19,7 +19,7 @@ from traceml.analysis.summary import write_summary
 from traceml.config import Settings
 from traceml.errors import RunNotFoundError
 from traceml.records import RankEnd, StepRecord
-from traceml.transport.publisher import Publisher
+from traceml.transport.publish.publisher import Publisher
 from traceml_tui.app import TraceMLApp
 from traceml_tui.snapshot import Snapshot
 from traceml_tui.source import SubscriberSource, open_run

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from traceml.transport.rundir import RunDir
-from traceml.transport.runfile import read_rank_file
+from traceml.transport.runfiles.rundir import RunDir
+from traceml.transport.runfiles.runfile import read_rank_file
 
 pytestmark = [
     pytest.mark.slow,

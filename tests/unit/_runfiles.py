@@ -11,8 +11,8 @@ from pathlib import Path
 import psutil
 
 from traceml.records import RankEnd, RankInfo
-from traceml.transport.rundir import RunDir
-from traceml.transport.runfile import RankFile, RunFile, write_json_atomic
+from traceml.transport.runfiles.rundir import RunDir
+from traceml.transport.runfiles.runfile import RankFile, RunFile, write_json_atomic
 
 NOW = 2_000_000_000.0
 ME = os.getpid()

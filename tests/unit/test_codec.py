@@ -11,7 +11,7 @@ import pytest
 
 from traceml.errors import SchemaError
 from traceml.records import StepRecord
-from traceml.transport.codec import (
+from traceml.transport.wire.codec import (
     Header,
     WireVersionError,
     array_header,
@@ -140,6 +140,6 @@ def test_malformed_step_bodies_raise_schema_error(body: bytes) -> None:
     ],
 )
 def test_only_real_topics_may_be_subscribed(topic: bytes, ok: bool) -> None:
-    from traceml.transport.channels import is_topic_prefix
+    from traceml.transport.publish.channels import is_topic_prefix
 
     assert is_topic_prefix(topic) is ok

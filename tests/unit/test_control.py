@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from traceml.errors import SchemaError
-from traceml.transport.codec import pack
-from traceml.transport.control import (
+from traceml.transport.wire.codec import pack
+from traceml.transport.wire.control import (
     MAX_REQUEST_BYTES,
     OversizedRequest,
     Request,

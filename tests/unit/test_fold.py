@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from traceml.records import RankEnd, RankInfo, StepRecord, SystemSample
-from traceml.transport.events import EndEvent, Event, RankState, StateEvent, StepsEvent
-from traceml.transport.fold import apply_events
+from traceml.transport.subscribe.fold import apply_events
+from traceml.transport.wire.events import EndEvent, Event, RankState, StateEvent, StepsEvent
 
 
 class Recorder:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from traceml.transport.history import History
+from traceml.transport.publish.history import History
 
 
 def _filled(capacity: int, n: int) -> History[int]:

@@ -35,8 +35,8 @@ def test_api_attribute_access_stays_light_until_init() -> None:
         "traceml.analysis.store",
         "traceml.analysis.summary",
         "traceml.analysis.diagnose",
-        "traceml.transport.subscriber",
-        "traceml.transport.runs",
+        "traceml.transport.subscribe.subscriber",
+        "traceml.transport.subscribe.runs",
         "traceml.cli.main",
         "traceml.integrations",
         "traceml.analysis.compare",
@@ -51,7 +51,7 @@ def test_headless_modules_never_load_torch_or_textual(module: str) -> None:
 def test_the_job_collector_process_never_loads_torch() -> None:
     """It runs beside a training rank: torch would cost it seconds and hundreds of MB."""
     mods = loaded_after(
-        "import traceml.transport.collectord, traceml.transport.jobcollector\n"
-        "import traceml.instrument.finish, traceml.analysis.summary, traceml.analysis.render"
+        "import traceml.collect.collectord, traceml.collect.jobcollector\n"
+        "import traceml.collect.finish, traceml.analysis.summary, traceml.analysis.render"
     )
     assert "torch" not in mods and "textual" not in mods

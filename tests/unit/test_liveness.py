@@ -10,7 +10,8 @@ import psutil
 import pytest
 
 from traceml.records import RankEnd, RankInfo
-from traceml.transport.liveness import (
+from traceml.transport.runfiles.runfile import RankFile
+from traceml.transport.subscribe.liveness import (
     PROCESS_CHECK_S,
     ProcessCache,
     RankLiveness,
@@ -18,7 +19,6 @@ from traceml.transport.liveness import (
     process_state,
     stall_after_s,
 )
-from traceml.transport.runfile import RankFile
 
 NOW = 1_000_000.0
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from traceml.errors import TransportError
-from traceml.transport.rundir import (
+from traceml.transport.runfiles.rundir import (
     MAX_IPC_PATH,
     RunDir,
     default_runtime_dir,

@@ -11,7 +11,7 @@ import pytest
 
 from traceml.errors import SchemaError, TransportError
 from traceml.records import RankEnd, RankInfo
-from traceml.transport.runfile import (
+from traceml.transport.runfiles.runfile import (
     MAX_FILE_BYTES,
     RankFile,
     RunFile,

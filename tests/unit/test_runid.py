@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from traceml.transport.runid import (
+from traceml.transport.runfiles.runid import (
     derive_run_id,
     derived_run_id,
     is_valid_run_id,

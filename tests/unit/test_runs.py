@@ -10,7 +10,7 @@ import pytest
 
 from tests.unit._runfiles import NOW, dead_pid, write_run
 from traceml.errors import RunNotFoundError
-from traceml.transport.runs import list_runs, prune_runs, resolve_run
+from traceml.transport.subscribe.runs import list_runs, prune_runs, resolve_run
 
 
 def test_states_and_fields(tmp_path: Path) -> None:

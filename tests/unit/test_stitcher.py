@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from traceml.records import StepRecord
-from traceml.transport.events import Event, GapEvent, StepsEvent
-from traceml.transport.stitcher import Stitcher
+from traceml.transport.subscribe.stitcher import Stitcher
+from traceml.transport.wire.events import Event, GapEvent, StepsEvent
 
 
 def recs(first: int, n: int) -> list[StepRecord]:

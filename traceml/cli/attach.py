@@ -25,7 +25,7 @@ def add_parser(sub: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Resolve the run (RunNotFoundError: main prints one line, exit 2), then show it."""
-    from traceml.transport.runs import resolve_run
+    from traceml.transport.subscribe.runs import resolve_run
 
     entry = resolve_run(args.run)
     if not (sys.stdin.isatty() and sys.stdout.isatty()):

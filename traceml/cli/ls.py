@@ -12,7 +12,7 @@ import sys
 import time
 from typing import Any
 
-from traceml.transport.runs import RunEntry, list_runs, prune_runs
+from traceml.transport.subscribe.runs import RunEntry, list_runs, prune_runs
 
 COLUMNS = ("RUN ID", "SCRIPT", "RANKS", "HOST", "STEP", "STEP MS", "DIAGNOSIS", "STATE", "AGE")
 

@@ -171,7 +171,7 @@ def start_live(cmd: list[str], env: dict[str, str], run_id: str) -> int:
     The script gets its own session, so it survives the terminal when the user detaches; the
     view passes Ctrl-C on to it.
     """
-    from traceml.transport.rundir import RunDir, resolve_runtime_dir
+    from traceml.transport.runfiles.rundir import RunDir, resolve_runtime_dir
     from traceml_tui.launch import run_live
 
     run_dir = RunDir(resolve_runtime_dir(None), run_id).create()
@@ -189,7 +189,7 @@ def start_live(cmd: list[str], env: dict[str, str], run_id: str) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    from traceml.transport.runid import derive_run_id
+    from traceml.transport.runfiles.runid import derive_run_id
 
     script = check_script(args.script)
     if inside_rank() and args.nproc_per_node == 0:

@@ -13,8 +13,8 @@ from collections.abc import Callable
 from typing import Any
 
 from traceml.instrument.comm import CommLink, CommWait, attach_ddp
-from traceml.instrument.probe import warn_once
 from traceml.instrument.timer import BACKWARD, DATALOADER, FORWARD, H2D, OPTIMIZER, StepTimer
+from traceml.probe import warn_once
 
 MAX_MODELS = 8
 """Root modules hooked at once; a loop alternating between more models is rare and gets warned."""

@@ -29,14 +29,14 @@ from datetime import timedelta
 from pathlib import Path
 from typing import IO, Any
 
+from traceml.collect.collectord import Config
+from traceml.collect.jobcollector import JobCollector, collector_endpoint
 from traceml.config import Settings
 from traceml.errors import TransportError
-from traceml.instrument.probe import warn_once
+from traceml.probe import warn_once
 from traceml.records import RankEnd, RankInfo, StepRecord, SystemSample
-from traceml.transport.collector import CollectorAddress
-from traceml.transport.collectord import Config
-from traceml.transport.feed import CollectorFeed
-from traceml.transport.jobcollector import JobCollector, collector_endpoint
+from traceml.transport.publish.feed import CollectorFeed
+from traceml.transport.wire.address import CollectorAddress
 
 STORE_TIMEOUT_S = 10.0
 LOOKUP_EVERY_S = 0.5
@@ -150,7 +150,7 @@ class CollectorProcess:
     def start(self) -> CollectorAddress:
         """Spawn, send the config, wait for "ready". Raises TransportError (process killed)."""
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "traceml.transport.collectord"],
+            [sys.executable, "-m", "traceml.collect.collectord"],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             start_new_session=True,
@@ -288,7 +288,7 @@ class JobLink:
         self._announce_summary(self.job_summary, answer.get("trouble"))
 
     def _announce_summary(self, path: Path, trouble: Any) -> None:
-        from traceml.instrument.finish import announce
+        from traceml.collect.finish import announce
 
         try:
             summary = json.loads(path.read_text())
@@ -312,8 +312,8 @@ class JobLink:
 
     # -- rank 0 --------------------------------------------------------------------------------
     def _config(self) -> Config:
-        from traceml.instrument.finish import summary_path_for
-        from traceml.transport.rundir import RunDir, resolve_runtime_dir
+        from traceml.collect.finish import summary_path_for
+        from traceml.transport.runfiles.rundir import RunDir, resolve_runtime_dir
 
         multi = is_multi_node(os.environ)
         master = (os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"])) if multi else None

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from traceml.instrument.probe import probe
+from traceml.probe import probe
 
 MB = 1024.0 * 1024.0
 DeviceMem = tuple[float | None, float | None, float | None]

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from traceml.instrument.probe import probe, warn_once
+from traceml.probe import probe, warn_once
 
 MB = 1024.0 * 1024.0
 

@@ -23,9 +23,9 @@ from traceml._version import __version__
 from traceml.config import Settings
 from traceml.instrument.hooks import Hooks
 from traceml.instrument.memory import CudaMemory, HostRss
-from traceml.instrument.probe import warn_directly, warn_once
 from traceml.instrument.timer import RawStep, StepTimer
 from traceml.instrument.worker import TxWorker, WorkerParts
+from traceml.probe import warn_directly, warn_once
 from traceml.records import ExitKind, RankEnd, RankInfo
 
 SHUTDOWN_TIMEOUT_S = 2.0
@@ -85,7 +85,7 @@ class Session:
         os.register_at_fork(after_in_child=self._after_fork_child)
 
     def _rank_info(self, torch: Any) -> RankInfo:
-        from traceml.transport.runid import derive_run_id
+        from traceml.transport.runfiles.runid import derive_run_id
 
         script = script_name()
         cuda_ok = bool(torch.cuda.is_available())
@@ -144,12 +144,12 @@ class Session:
         sinks: list[Any] = []
         try:
             if self.settings.publish:
-                from traceml.transport.publisher import Publisher
+                from traceml.transport.publish.publisher import Publisher
 
                 sinks.append(Publisher(info, self.settings, self.settings.runtime_dir))
             if info.world_size > 1:
                 from traceml.instrument.job import JobLink
-                from traceml.transport.rundir import resolve_runtime_dir
+                from traceml.transport.runfiles.rundir import resolve_runtime_dir
 
                 run_dir = resolve_runtime_dir(self.settings.runtime_dir) / info.run_id
                 sinks.append(JobLink(info, self.settings, store, run_dir))
@@ -269,7 +269,7 @@ class Session:
 
     def _finish_on_tx(self, end: RankEnd) -> Path | None:
         """Runs on the tx thread after the final drain: the summary, if this rank writes it."""
-        from traceml.instrument.finish import write_rank_summary
+        from traceml.collect.finish import write_rank_summary
 
         assert self.worker is not None and self.info is not None
         return write_rank_summary(self.settings, self.info, self.worker.p.store, end)
@@ -282,8 +282,8 @@ def _preload_finish() -> None:
     wait for that lock until the shutdown gives up, and the summary would be lost."""
     import traceml.analysis.render
     import traceml.analysis.summary
-    import traceml.instrument.finish
-    import traceml.transport.rundir  # noqa: F401
+    import traceml.collect.finish
+    import traceml.transport.runfiles.rundir  # noqa: F401
 
 
 def _hold_signals() -> dict[int, Any]:

@@ -9,7 +9,7 @@ import time
 from typing import Any
 
 from traceml.instrument.nvml import Nvml
-from traceml.instrument.probe import probe
+from traceml.probe import probe
 from traceml.records import SystemSample
 
 MB = 1024.0 * 1024.0

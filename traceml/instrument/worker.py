@@ -16,9 +16,9 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from traceml.instrument.cuda import CudaMarker
-from traceml.instrument.probe import warn_once
 from traceml.instrument.resolve import to_record
 from traceml.instrument.timer import RawStep
+from traceml.probe import warn_once
 from traceml.records import RankEnd, RankInfo, StepRecord, SystemSample
 
 TICK_S = 0.02

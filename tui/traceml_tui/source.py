@@ -14,15 +14,15 @@ from typing import TYPE_CHECKING
 
 from traceml.analysis.summary import load_summary
 from traceml.errors import RunNotFoundError
-from traceml.transport.events import Event
-from traceml.transport.fold import apply_event, apply_events
-from traceml.transport.rundir import RunDir
-from traceml.transport.runs import RunEntry, resolve_run
+from traceml.transport.runfiles.rundir import RunDir
+from traceml.transport.subscribe.fold import apply_event, apply_events
+from traceml.transport.subscribe.runs import RunEntry, resolve_run
+from traceml.transport.wire.events import Event
 from traceml_tui.summary_snapshot import from_summary
 
 if TYPE_CHECKING:
     from traceml.analysis.store import RunStore
-    from traceml.transport.subscriber import Subscriber
+    from traceml.transport.subscribe.subscriber import Subscriber
     from traceml_tui.feed import Source
     from traceml_tui.snapshot import Snapshot
 
@@ -38,7 +38,7 @@ PUMP_PER_RANK_S = 50e-6
 
 
 def fold(store: RunStore, event: Event) -> bool:
-    """Apply one subscriber event to the store (see traceml.transport.fold.apply_event)."""
+    """Apply one subscriber event to the store (traceml.transport.subscribe.fold.apply_event)."""
     return apply_event(store, event)
 
 
@@ -52,7 +52,7 @@ class SubscriberSource:
         """time.monotonic() before which the sockets are not read again."""
 
     def open(self) -> None:
-        from traceml.transport.subscriber import Subscriber
+        from traceml.transport.subscribe.subscriber import Subscriber
 
         self._sub = Subscriber(self.run)
 

@@ -26,8 +26,8 @@ from typing import Any
 import zmq
 
 from traceml.cli.main import build_parser, main
-from traceml.transport.control import Request
-from traceml.transport.security import make_client, new_keypair
+from traceml.transport.wire.control import Request
+from traceml.transport.wire.security import make_client, new_keypair
 
 
 def cli(*argv: str, runtime: str | None) -> dict[str, Any]:

@@ -17,9 +17,9 @@ import sys
 import time
 
 from traceml.errors import RunNotFoundError
-from traceml.transport.events import EndEvent, GapEvent, StepsEvent
-from traceml.transport.runs import RunEntry, resolve_run
-from traceml.transport.subscriber import Subscriber
+from traceml.transport.subscribe.runs import RunEntry, resolve_run
+from traceml.transport.subscribe.subscriber import Subscriber
+from traceml.transport.wire.events import EndEvent, GapEvent, StepsEvent
 
 
 def find(run_id: str) -> RunEntry:

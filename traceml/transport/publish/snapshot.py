@@ -16,11 +16,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from traceml.errors import SchemaError
-from traceml.transport.channels import Channels
-from traceml.transport.codec import Header, pack, pack_array
-from traceml.transport.control import OversizedRequest, Request, parse_request
-from traceml.transport.counters import PublisherStats
-from traceml.transport.history import History
+from traceml.transport.publish.channels import Channels
+from traceml.transport.publish.counters import PublisherStats
+from traceml.transport.publish.history import History
+from traceml.transport.wire.codec import Header, pack, pack_array
+from traceml.transport.wire.control import OversizedRequest, Request, parse_request
 
 CHUNK_RECORDS = 2048
 """Records per snapshot part (about 200 KB)."""

@@ -19,10 +19,10 @@ from types import TracebackType
 import zmq
 
 from traceml.errors import SchemaError, TransportError
-from traceml.transport.events import EndEvent, Event, InfoEvent, RankState, StateEvent
-from traceml.transport.ranklink import RankLink
-from traceml.transport.runfile import RankFile, read_rank_file
-from traceml.transport.runs import RunEntry
+from traceml.transport.runfiles.runfile import RankFile, read_rank_file
+from traceml.transport.subscribe.ranklink import RankLink
+from traceml.transport.subscribe.runs import RunEntry
+from traceml.transport.wire.events import EndEvent, Event, InfoEvent, RankState, StateEvent
 
 MAX_MESSAGES_PER_SOCKET = 2000
 """Messages read from one socket per poll(), so one busy rank cannot starve the others."""

@@ -13,9 +13,9 @@ from typing import Literal
 import zmq
 
 from traceml.errors import TransportError
-from traceml.transport.codec import WELCOME
-from traceml.transport.endpoints import EndpointPlan, bind
-from traceml.transport.security import KeyPair, make_server
+from traceml.transport.publish.endpoints import EndpointPlan, bind
+from traceml.transport.wire.codec import WELCOME
+from traceml.transport.wire.security import KeyPair, make_server
 
 PUB_SNDHWM = 1024
 """Frames queued per viewer before that viewer misses frames (it sees a seq gap and re-syncs)."""

@@ -17,12 +17,13 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from traceml.collect.collector import Collector
+from traceml.collect.relay import Relays
 from traceml.config import Settings
 from traceml.records import RankEnd, RankInfo
-from traceml.transport.collector import Collector, CollectorAddress
-from traceml.transport.events import Event
-from traceml.transport.fold import apply_events
-from traceml.transport.relay import Relays
+from traceml.transport.subscribe.fold import apply_events
+from traceml.transport.wire.address import CollectorAddress
+from traceml.transport.wire.events import Event
 
 DEAD_AFTER_S = 2.0
 """At settle, a rank that has not ended and sent nothing for this long is dead."""

@@ -1,4 +1,4 @@
-"""The job collector process: `python -m traceml.transport.collectord`, started by global rank 0.
+"""The job collector process: `python -m traceml.collect.collectord`, started by global rank 0.
 
 Collecting a big job costs CPU: decoding and folding every rank's records (about 15 µs each)
 and, across nodes, relaying them. Done in rank 0's tx thread that work would share rank 0's GIL
@@ -84,7 +84,7 @@ def _say(out: TextIO, message: dict[str, Any]) -> None:
 
 def serve(config: Config, out: TextIO) -> int:
     from traceml.analysis.store import RunStore
-    from traceml.transport.jobcollector import JobCollector
+    from traceml.collect.jobcollector import JobCollector
 
     settings = config.settings()
     store = RunStore()
@@ -142,7 +142,7 @@ def write_job_summary(
     instrument.finish). Rank 0's info and end describe the run; a rank 0 that never said its
     end was killed, and the run's exit says "signal"."""
     from traceml.analysis.summary import build_summary
-    from traceml.instrument.finish import write_somewhere
+    from traceml.collect.finish import write_somewhere
 
     info = store.info(0) or RankInfo(run_id, 0)
     t_end = end.t if end is not None else time.time()

@@ -16,7 +16,10 @@ import zmq
 
 from traceml.errors import SchemaError, TransportError
 from traceml.records import Finding, RankEnd, RankInfo, StepRecord, SystemSample
-from traceml.transport.codec import (
+from traceml.transport.runfiles.runfile import RankFile, read_rank_file
+from traceml.transport.subscribe.liveness import HEARTBEAT_S, RankLiveness
+from traceml.transport.subscribe.stitcher import Stitcher
+from traceml.transport.wire.codec import (
     WELCOME,
     Header,
     WireVersionError,
@@ -24,8 +27,8 @@ from traceml.transport.codec import (
     parse_topic,
     unpack,
 )
-from traceml.transport.control import Request
-from traceml.transport.events import (
+from traceml.transport.wire.control import Request
+from traceml.transport.wire.events import (
     EndEvent,
     Event,
     FindingEvent,
@@ -34,10 +37,7 @@ from traceml.transport.events import (
     StepsEvent,
     SystemEvent,
 )
-from traceml.transport.liveness import HEARTBEAT_S, RankLiveness
-from traceml.transport.runfile import RankFile, read_rank_file
-from traceml.transport.security import make_client
-from traceml.transport.stitcher import Stitcher
+from traceml.transport.wire.security import make_client
 
 SUB_RCVHWM = 10_000
 DEALER_RCVHWM = 64

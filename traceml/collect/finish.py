@@ -16,7 +16,7 @@ from typing import Any
 
 from traceml.config import Settings
 from traceml.errors import TraceMLError
-from traceml.instrument.probe import write_stderr
+from traceml.probe import write_stderr
 from traceml.records import RankEnd, RankInfo
 
 FALLBACK_NAME = "final_summary.fallback.json"
@@ -32,7 +32,7 @@ def summary_path_for(settings: Settings, run_id: str) -> Path:
 
 def fallback_path(settings: Settings, run_id: str) -> Path:
     """The run's private dir (0700, under TRACEML_RUNTIME_DIR or /tmp/traceml-<uid>)."""
-    from traceml.transport.rundir import RunDir, resolve_runtime_dir
+    from traceml.transport.runfiles.rundir import RunDir, resolve_runtime_dir
 
     return RunDir(resolve_runtime_dir(settings.runtime_dir), run_id).path / FALLBACK_NAME
 
@@ -77,7 +77,7 @@ def write_somewhere(
 ) -> tuple[Path | None, str | None]:
     """(where the summary went, None) or, after a failed write, the line that says what happened."""
     from traceml.analysis.summary import write_summary
-    from traceml.transport.rundir import RunDir, resolve_runtime_dir
+    from traceml.transport.runfiles.rundir import RunDir, resolve_runtime_dir
 
     try:
         return write_summary(summary, summary_path_for(settings, run_id)), None

@@ -18,8 +18,8 @@ from typing import Literal
 
 import psutil
 
-from traceml.transport.events import RankState
-from traceml.transport.runfile import RankFile
+from traceml.transport.runfiles.runfile import RankFile
+from traceml.transport.wire.events import RankState
 
 HEARTBEAT_S = 1.0
 DEAD_AFTER_S = 3.0

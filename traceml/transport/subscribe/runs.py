@@ -18,10 +18,10 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from traceml.errors import RunNotFoundError, SchemaError, TransportError
-from traceml.transport.events import RankState
-from traceml.transport.liveness import ProcState, file_rank_state, process_state
-from traceml.transport.rundir import resolve_runtime_dir, verify_private_dir
-from traceml.transport.runfile import RankFile, RunFile, read_rank_file, read_run_file
+from traceml.transport.runfiles.rundir import resolve_runtime_dir, verify_private_dir
+from traceml.transport.runfiles.runfile import RankFile, RunFile, read_rank_file, read_run_file
+from traceml.transport.subscribe.liveness import ProcState, file_rank_state, process_state
+from traceml.transport.wire.events import RankState
 
 PRUNE_AFTER_S = 7 * 86400.0
 LIVE_STATES: tuple[RankState, ...] = ("live", "stalled")

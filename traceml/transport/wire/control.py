@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from traceml.errors import SchemaError
-from traceml.transport.codec import pack, unpack
+from traceml.transport.wire.codec import pack, unpack
 
 MAX_REQUEST_BYTES = 4096
 """Largest request the ROUTER accepts; anything larger is dropped and counted."""

@@ -10,7 +10,7 @@ from collections.abc import Iterable, Sequence
 from typing import Protocol
 
 from traceml.records import RankEnd, RankInfo, StepRecord, SystemSample
-from traceml.transport.events import (
+from traceml.transport.wire.events import (
     EndEvent,
     Event,
     HeartbeatEvent,

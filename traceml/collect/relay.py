@@ -24,7 +24,9 @@ import zmq
 
 from traceml.config import Settings
 from traceml.errors import TransportError
-from traceml.transport.events import (
+from traceml.transport.publish.publisher import Publisher
+from traceml.transport.subscribe.subscriber import raise_fd_limit
+from traceml.transport.wire.events import (
     EndEvent,
     Event,
     HeartbeatEvent,
@@ -32,8 +34,6 @@ from traceml.transport.events import (
     StepsEvent,
     SystemEvent,
 )
-from traceml.transport.publisher import Publisher
-from traceml.transport.subscriber import raise_fd_limit
 
 RELAYED_RECORDS = 262_144
 """Records kept for snapshots by all relays together (about 40 MB), shared out by world size:

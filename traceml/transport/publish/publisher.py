@@ -23,24 +23,24 @@ import zmq
 from traceml.config import Settings
 from traceml.errors import SchemaError, TransportError
 from traceml.records import RankEnd, RankInfo, StepRecord, SystemSample
-from traceml.transport.channels import MAX_HELD_SUBSCRIPTIONS, Channels
-from traceml.transport.codec import KINDS, Header, Kind, pack, pack_array, topic
-from traceml.transport.control import Request
-from traceml.transport.counters import PublisherStats
-from traceml.transport.endpoints import plan_endpoints
-from traceml.transport.history import History
-from traceml.transport.lock import RankLock
-from traceml.transport.progress import Progress
-from traceml.transport.rundir import RunDir, resolve_runtime_dir
-from traceml.transport.runfile import (
+from traceml.transport.publish.channels import MAX_HELD_SUBSCRIPTIONS, Channels
+from traceml.transport.publish.counters import PublisherStats
+from traceml.transport.publish.endpoints import plan_endpoints
+from traceml.transport.publish.history import History
+from traceml.transport.publish.progress import Progress
+from traceml.transport.publish.snapshot import SnapshotServer, StreamId
+from traceml.transport.runfiles.lock import RankLock
+from traceml.transport.runfiles.rundir import RunDir, resolve_runtime_dir
+from traceml.transport.runfiles.runfile import (
     RankFile,
     RunFile,
     read_rank_file,
     write_json_atomic,
 )
-from traceml.transport.runid import process_start
-from traceml.transport.security import KeyPair, new_keypair
-from traceml.transport.snapshot import SnapshotServer, StreamId
+from traceml.transport.runfiles.runid import process_start
+from traceml.transport.wire.codec import KINDS, Header, Kind, pack, pack_array, topic
+from traceml.transport.wire.control import Request
+from traceml.transport.wire.security import KeyPair, new_keypair
 
 HEARTBEAT_S = 1.0
 HEARTBEAT_MAX_S = 5.0

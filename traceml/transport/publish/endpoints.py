@@ -14,7 +14,7 @@ import zmq
 
 from traceml.config import Settings
 from traceml.errors import TransportError
-from traceml.transport.rundir import RunDir
+from traceml.transport.runfiles.rundir import RunDir
 
 LOOPBACK = "127.0.0.1"
 SOCKET_NAMES: tuple[str, str] = ("pub", "ctl")

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from traceml.records import StepRecord
-from traceml.transport.events import Event, GapEvent, StepsEvent
+from traceml.transport.wire.events import Event, GapEvent, StepsEvent
 
 BUFFER_LIMIT = 100_000
 """Live records kept while a snapshot is pending; past this the buffer is dropped (re-synced)."""

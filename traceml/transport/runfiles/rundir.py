@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from traceml.errors import TransportError
-from traceml.transport.runid import is_valid_run_id
+from traceml.transport.runfiles.runid import is_valid_run_id
 
 RUNTIME_ENV = "TRACEML_RUNTIME_DIR"
 MAX_IPC_PATH = 107

@@ -20,8 +20,9 @@ import zmq
 
 from traceml.errors import SchemaError, TransportError
 from traceml.records import RankEnd, RankInfo, SystemSample
-from traceml.transport.codec import Header, decode_steps, parse_topic, unpack
-from traceml.transport.events import (
+from traceml.transport.wire.address import CollectorAddress
+from traceml.transport.wire.codec import Header, decode_steps, parse_topic, unpack
+from traceml.transport.wire.events import (
     EndEvent,
     Event,
     HeartbeatEvent,
@@ -29,35 +30,13 @@ from traceml.transport.events import (
     StepsEvent,
     SystemEvent,
 )
-from traceml.transport.node import node_key
-from traceml.transport.security import KeyPair, make_server, new_keypair
+from traceml.transport.wire.node import node_key
+from traceml.transport.wire.security import KeyPair, make_server, new_keypair
 
 RCVHWM = 100_000
 MAX_FRAMES_PER_POLL = 4000
 MAX_FRAME_BYTES = 4 * 1024 * 1024
 """A pushed frame larger than this is dropped and counted (a rank sends at most 256 records)."""
-
-
-@dataclass(frozen=True, slots=True)
-class CollectorAddress:
-    """What ranks need to reach the collector: announced in the job's c10d store."""
-
-    endpoint: str
-    server_key: str | None
-    """Z85 CURVE public key of the collector; None for ipc or an --insecure TCP run."""
-    run_id: str
-    """Rank 0's run id: ranks on other nodes may have derived another one, and adopt this."""
-
-    def encode(self) -> str:
-        return f"{self.endpoint} {self.server_key or '-'} {self.run_id}"
-
-    @classmethod
-    def decode(cls, text: str) -> CollectorAddress:
-        parts = text.strip().split(" ")
-        if len(parts) != 3 or not parts[0].startswith(("tcp://", "ipc://")):
-            raise TransportError(f"collector address {text[:80]!r} is not an endpoint")
-        endpoint, key, run_id = parts
-        return cls(endpoint, None if key == "-" else key, run_id)
 
 
 @dataclass

@@ -16,10 +16,10 @@ import zmq
 
 from traceml.errors import TransportError
 from traceml.records import RankEnd, RankInfo, StepRecord, SystemSample
-from traceml.transport.codec import Header, Kind, pack, pack_array, topic
-from traceml.transport.collector import CollectorAddress
-from traceml.transport.node import node_key
-from traceml.transport.security import make_client
+from traceml.transport.wire.address import CollectorAddress
+from traceml.transport.wire.codec import Header, Kind, pack, pack_array, topic
+from traceml.transport.wire.node import node_key
+from traceml.transport.wire.security import make_client
 
 SNDHWM = 10_000
 CHUNK = 256
