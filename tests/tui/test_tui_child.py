@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import signal
 import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from textual.command import CommandPalette
+from textual.widgets import Button
 
 from tests.tui.fixtures import CannedSource, screen_of, until
 from traceml_tui.app import TraceMLApp
@@ -92,3 +95,63 @@ async def test_q_then_stop_terminates_the_script(
         await until(pilot, lambda: not app.is_running)
     assert proc.returncode == -15
     assert app.return_value == 143, "killed by SIGTERM, as a shell reports it"
+
+
+async def test_q_enter_leaves_the_script_running_and_the_keys_are_shown(
+    child: tuple[subprocess.Popen[bytes], Path],
+) -> None:
+    proc, log = child
+    app = TraceMLApp("run-x", log_path=log, child=proc, source=CannedSource())
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("q")
+        dialog = screen_of(app)
+        assert isinstance(dialog, ConfirmQuit)
+        labels = [str(b.label) for b in dialog.query(Button)]
+        assert labels == ["Stop the job [s]", "Leave it running [d]", "Cancel [esc]"]
+        assert app.focused is not None and app.focused.id == "detach"
+        await pilot.press("enter")
+    assert app.detached and proc.poll() is None, "q Enter never kills the run"
+
+
+async def test_quit_from_the_command_palette_asks_too(
+    child: tuple[subprocess.Popen[bytes], Path],
+) -> None:
+    proc, log = child
+    app = TraceMLApp("run-x", log_path=log, child=proc, source=CannedSource())
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("ctrl+p")
+        await until(pilot, lambda: isinstance(screen_of(app), CommandPalette))
+        await pilot.press(*"quit")
+        await pilot.pause(0.3)
+        await pilot.press("enter")
+        await until(pilot, lambda: isinstance(screen_of(app), ConfirmQuit))
+        await pilot.press("escape")
+        assert app.is_running and proc.poll() is None
+        await pilot.press("ctrl+q")
+        assert isinstance(screen_of(app), ConfirmQuit), "ctrl+q asks as well"
+        await pilot.press("s")
+        await until(pilot, lambda: not app.is_running)
+    assert proc.returncode is not None
+
+
+WAITER = r"""
+import subprocess, sys
+from traceml_tui.launch import wait_for
+child = subprocess.Popen([sys.executable, "-c", sys.argv[1]], start_new_session=True)
+print("ready", flush=True)
+sys.exit(wait_for(child))
+"""
+
+
+@pytest.mark.slow
+def test_ctrl_c_after_the_view_is_gone_reaches_the_script() -> None:
+    """The script has its own session: the launcher's SIGINT must be passed on by hand."""
+    waiter = subprocess.Popen(
+        [sys.executable, "-c", WAITER, SCRIPT], stdout=subprocess.PIPE, text=True
+    )
+    assert waiter.stdout is not None
+    assert waiter.stdout.readline() == "ready\n"
+    while "step" not in waiter.stdout.readline():
+        pass
+    waiter.send_signal(signal.SIGINT)
+    assert waiter.wait(timeout=20) == 3, "the script's own SIGINT handler ran and exited 3"

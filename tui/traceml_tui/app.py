@@ -135,6 +135,10 @@ class TraceMLApp(App[int]):
             return 0
         return exit_status(self.child.returncode)
 
+    def action_quit(self) -> None:
+        """Textual's own way out (the command palette's Quit): the same choice as `q`."""
+        self.action_request_quit()
+
     def action_request_quit(self) -> None:
         """`q`: detach from a run; under `traceml run` with the script alive, ask first."""
         if isinstance(self.screen, ConfirmQuit):

@@ -7,7 +7,6 @@ stopped when the user asks for it in the quit dialog.
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
@@ -45,21 +44,29 @@ def run_live(
         )
         return 0
     if result is None:
-        print("traceml: the live view stopped; waiting for the script to end", file=sys.stderr)
+        print(
+            "traceml: the live view stopped; waiting for the script to end (Ctrl-C stops it)",
+            file=sys.stderr,
+        )
         return wait_for(child)
     return result
 
 
 def wait_for(child: subprocess.Popen[bytes]) -> int:
-    """Wait for the script without the view: Ctrl-C reaches it from the terminal when stdin is
-    one (so it is not sent twice), and is passed on otherwise."""
+    """Wait for the script after the view is gone, passing Ctrl-C (and SIGTERM) on to it.
+
+    The script runs in its own session (so it can outlive the terminal when detached), so the
+    terminal's Ctrl-C never reaches it by itself: without this it would be lost, and the
+    terminal would wait on a script nothing can interrupt.
+    """
 
     def forward(signum: int, _frame: Any) -> None:
         if child.poll() is None:
             child.send_signal(signum)
 
-    previous = signal.signal(signal.SIGINT, signal.SIG_IGN if os.isatty(0) else forward)
+    previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
         return exit_status(child.wait())
     finally:
-        signal.signal(signal.SIGINT, previous)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)

@@ -1,6 +1,8 @@
-"""Asked on `q` while the script of `traceml run` still runs: stop it, or leave it running?
+"""Asked on every way out (`q`, ctrl+q, the command palette's Quit) while the script of
+`traceml run` still runs: stop it, or leave it running?
 
-Only asks; the app carries out the choice (it owns the child process).
+Only asks; the app carries out the choice (it owns the child process). "Leave it running" has the
+focus, so a reflexive `q` Enter never kills a run.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from typing import ClassVar, Literal
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical
+from textual.content import Content
 from textual.screen import ModalScreen
 from textual.widgets import Button, Static
 
@@ -19,6 +22,7 @@ QuitChoice = Literal["stop", "detach"]
 class ConfirmQuit(ModalScreen[QuitChoice]):
     """Stop the job (SIGTERM, then wait) or leave it running detached; escape cancels."""
 
+    AUTO_FOCUS = "#detach"
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("s", "choose('stop')", "Stop the job"),
         Binding("d", "choose('detach')", "Leave it running"),
@@ -30,9 +34,10 @@ class ConfirmQuit(ModalScreen[QuitChoice]):
             box.border_title = "Quit TraceML"
             yield Static("The script is still running. Stop it, or leave it running detached?")
             with Horizontal(classes="buttons"):
-                yield Button("Stop the job [s]", id="stop", variant="error")
-                yield Button("Leave it running [d]", id="detach", variant="primary")
-                yield Button("Cancel [esc]", id="cancel")
+                # Content, not a str: a str label is markup, which would eat "[s]".
+                yield Button(Content("Stop the job [s]"), id="stop", variant="error")
+                yield Button(Content("Leave it running [d]"), id="detach", variant="primary")
+                yield Button(Content("Cancel [esc]"), id="cancel")
 
     def on_button_pressed(self, event: Button.Pressed) -> None:
         if event.button.id in ("stop", "detach"):
