@@ -135,7 +135,7 @@ class TraceMLApp(App[int]):
             return 0
         return exit_status(self.child.returncode)
 
-    def action_quit(self) -> None:
+    async def action_quit(self) -> None:
         """Textual's own way out (the command palette's Quit): the same choice as `q`."""
         self.action_request_quit()
 
