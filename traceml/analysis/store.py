@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING
 
 from traceml.analysis.comm import CommTotals
 from traceml.analysis.stats import SERIES_POINTS, RecentStats, SystemTotals, WindowStats, quantile
+from traceml.analysis.timeline import Timeline
 from traceml.analysis.view import RankState, RankWindow, RunView, ViewKind
 from traceml.config import DEFAULT_THRESHOLDS, Thresholds
 
@@ -72,6 +73,7 @@ class _Rank:
         "starts",
         "state",
         "system",
+        "timeline",
         "version",
     )
 
@@ -93,6 +95,8 @@ class _Rank:
         self.dropped = 0
         self.system = SystemTotals()
         self.last_system: SystemSample | None = None
+        self.timeline = Timeline()
+        """The whole run in at most TIMELINE_WINDOWS windows (warm-up included)."""
         self.version = 0
         """Bumped by every change a RankWindow shows (steps, info, end, state, dropped)."""
         self.live: tuple[int, int, RankWindow] | None = None
@@ -107,6 +111,7 @@ class _Rank:
         if rec.step in self.in_ring or rec.step <= self.evicted_max:
             return
         self._push(rec)
+        self.timeline.add(rec)
         self.version += 1
         self.last_step = max(self.last_step, rec.step)
         start = self.starts[bisect.bisect_right(self.starts, rec.step) - 1]
@@ -222,6 +227,7 @@ def _window(
         clock=stats.clock,
         dropped=data.dropped,
         exit=data.end.exit if data.end else None,
+        timeline=data.timeline.windows(),
     )
 
 
@@ -356,4 +362,5 @@ class RunStore:
             device=first.device if first else "cpu",
             ranks=tuple(windows),
             kind=kind,
+            optimizers=tuple(dict.fromkeys(o for i in infos for o in i.optimizers)),
         )

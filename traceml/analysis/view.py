@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
 from traceml.analysis.stats import median
+from traceml.analysis.timeline import TimelineWindow
 from traceml.records import PHASES, Clock, ExitKind, Phase
 
 if TYPE_CHECKING:
@@ -63,6 +64,9 @@ class RankWindow:
     all-reduce (a part of `backward`); None when not measured."""
     comm_wait_ms: float | None = None
     """Live windows: mean of that wait per step; None when not measured."""
+    timeline: tuple[TimelineWindow, ...] = ()
+    """The rank's whole run (warm-up included) in at most 512 windows of consecutive steps,
+    oldest first, in live and summary views alike; () before the first step."""
 
     def ms(self, name: Phase) -> float | None:
         """Mean ms of one phase; None when not measured."""
@@ -104,6 +108,9 @@ class RunView:
     ranks: tuple[RankWindow, ...] = ()
     """Ranks in rank order; ranks without steps in the window are included with steps = 0."""
     kind: ViewKind = "live"
+    optimizers: tuple[str, ...] = ()
+    """Class names of the optimizers any rank stepped, first seen first; () when none was seen
+    (manual mode, a hand-written update): the findings' advice depends on them."""
 
     @property
     def steps(self) -> int:

@@ -1,0 +1,384 @@
+"""The whole run over time, in a fixed number of windows whatever the run's length.
+
+A `Timeline` folds one rank's steps into at most `TIMELINE_WINDOWS` windows of `stride`
+consecutive steps (aligned on step // stride). When a step would open one window too many,
+neighbouring windows merge pairwise and the stride doubles, so memory is O(windows) at any run
+length and a run of a million steps still shows its first minutes. `TimelineWindow` is the frozen
+value that views, the attach snapshot and final_summary.json carry.
+
+p50/p95 of a window come from a small log-bucketed sketch per window (DDSketch-style, buckets
+`SKETCH_ACCURACY` wide, at most `SKETCH_BUCKETS` of them; on overflow the lowest buckets collapse,
+which only blurs quantiles below the collapsed values), so they stay within ~2 % after any number
+of merges instead of being a guess from the halves. Pure arithmetic: no I/O, no clock, no torch.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from traceml.errors import SchemaError
+from traceml.records import PHASES
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Sequence
+
+    from traceml.records import StepRecord
+
+TIMELINE_WINDOWS = 512
+"""Windows a rank's timeline keeps at most; on overflow pairs merge and the stride doubles."""
+SUMMARY_WINDOWS = 128
+"""Windows final_summary.json keeps (the timeline coarsened by a power of two)."""
+SKETCH_ACCURACY = 0.02
+"""Relative accuracy of a window's p50/p95 (bucket half-width)."""
+SKETCH_BUCKETS = 64
+"""Most sketch buckets a window keeps; beyond it the lowest ones collapse into one."""
+
+_GAMMA = (1 + SKETCH_ACCURACY) / (1 - SKETCH_ACCURACY)
+_INV_LOG_GAMMA = 1 / math.log(_GAMMA)
+_NP = len(PHASES)
+
+# Slots of an open window (a flat list of floats: cheaper to fold than an object):
+_ID, _FIRST, _LAST, _N, _SUM, _MAX, _RSS, _RSS_N, _DEV, _DEV_N = range(10)
+_PH = 10
+"""Phase sums at _PH + i, their counts at _PH + _NP + i."""
+_SIZE = _PH + 2 * _NP
+
+
+@dataclass(frozen=True, slots=True)
+class TimelineWindow:
+    """Consecutive steps of one rank, summarised. None means not measured, never 0."""
+
+    first_step: int
+    """Lowest step index folded into the window."""
+    last_step: int
+    """Highest step index folded into the window (steps in between may be missing: late or
+    dropped records)."""
+    steps: int
+    """Steps folded into the window."""
+    mean_ms: float
+    p50_ms: float
+    """Median step time, from the window's sketch (within ~2 %)."""
+    p95_ms: float
+    """95th percentile step time, from the window's sketch (within ~2 %)."""
+    max_ms: float
+    """Slowest step of the window, exact."""
+    phase_ms: tuple[float | None, ...] = (None,) * _NP
+    """Mean ms per phase in PHASES order over the steps that measured it; None = not measured."""
+    host_rss_mb: float | None = None
+    """Mean host RSS at the window's step ends; None when never read."""
+    device_allocated_mb: float | None = None
+    """Mean CUDA allocated MB at the window's step ends; None without CUDA."""
+    sketch: tuple[tuple[int, int], ...] = ()
+    """(bucket, count) of the step-time sketch, so a receiver can keep merging windows exactly;
+    bucket 0 holds zeros. Left out of final_summary.json."""
+
+    def to_wire(self) -> list[Any]:
+        return [
+            self.first_step,
+            self.last_step,
+            self.steps,
+            self.mean_ms,
+            self.p50_ms,
+            self.p95_ms,
+            self.max_ms,
+            list(self.phase_ms),
+            self.host_rss_mb,
+            self.device_allocated_mb,
+            [list(b) for b in self.sketch],
+        ]
+
+    @classmethod
+    def from_wire(cls, wire: Any) -> TimelineWindow:
+        if not isinstance(wire, (list, tuple)) or len(wire) < 11:
+            raise SchemaError("timeline window: expected a list of 11 fields")
+        phases, sketch = wire[7], wire[10]
+        if not isinstance(phases, (list, tuple)) or len(phases) != _NP:
+            raise SchemaError(f"timeline window: expected {_NP} phases")
+        if not isinstance(sketch, (list, tuple)):
+            raise SchemaError("timeline window: sketch must be a list")
+        try:
+            return cls(
+                first_step=_int(wire[0]),
+                last_step=_int(wire[1]),
+                steps=_int(wire[2]),
+                mean_ms=float(wire[3]),
+                p50_ms=float(wire[4]),
+                p95_ms=float(wire[5]),
+                max_ms=float(wire[6]),
+                phase_ms=tuple(_opt(p) for p in phases),
+                host_rss_mb=_opt(wire[8]),
+                device_allocated_mb=_opt(wire[9]),
+                sketch=tuple((_int(k), _int(n)) for k, n in sketch),
+            )
+        except (TypeError, ValueError) as e:
+            raise SchemaError(f"timeline window: bad field ({e})") from e
+
+    def to_json(self) -> dict[str, Any]:
+        """The final_summary.json form: rounded, without the sketch."""
+        return {
+            "first_step": self.first_step,
+            "last_step": self.last_step,
+            "steps": self.steps,
+            "mean_ms": round(self.mean_ms, 3),
+            "p50_ms": round(self.p50_ms, 3),
+            "p95_ms": round(self.p95_ms, 3),
+            "max_ms": round(self.max_ms, 3),
+            "phase_ms": {p: _round(v) for p, v in zip(PHASES, self.phase_ms, strict=True)},
+            "host_rss_mb": _round(self.host_rss_mb, 1),
+            "device_allocated_mb": _round(self.device_allocated_mb, 1),
+        }
+
+
+def _int(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise SchemaError(f"timeline window: expected an integer, got {type(value).__name__}")
+    return value
+
+
+def _opt(value: Any) -> float | None:
+    return None if value is None else float(value)
+
+
+def _round(value: float | None, digits: int = 3) -> float | None:
+    return None if value is None else round(value, digits)
+
+
+def _bucket(ms: float) -> int:
+    """Sketch bucket of a step time: 0 for <= 0, else ceil(log_gamma(ms)) shifted to be != 0."""
+    if ms <= 0:
+        return 0
+    key = math.ceil(math.log(ms) * _INV_LOG_GAMMA)
+    return key if key > 0 else key - 1
+
+
+def _bucket_value(key: int) -> float:
+    if key == 0:
+        return 0.0
+    k = key if key > 0 else key + 1
+    return 2 * _GAMMA**k / (_GAMMA + 1)
+
+
+def _collapse(sketch: dict[int, int]) -> None:
+    """Fold the lowest buckets into one until at most SKETCH_BUCKETS remain."""
+    keys = sorted(sketch)
+    extra = len(keys) - SKETCH_BUCKETS
+    if extra <= 0:
+        return
+    into = keys[extra]
+    for key in keys[:extra]:
+        sketch[into] += sketch.pop(key)
+
+
+def sketch_quantile(sketch: dict[int, int], count: int, q: float) -> float:
+    """Value at quantile q of a sketch holding `count` values (lower rank on ties)."""
+    rank = q * (count - 1)
+    seen = 0
+    keys = sorted(sketch)
+    for key in keys:
+        seen += sketch[key]
+        if seen > rank:
+            return _bucket_value(key)
+    return _bucket_value(keys[-1])
+
+
+class _Open:
+    """One window being folded: the flat numbers plus its sketch."""
+
+    __slots__ = ("nums", "sketch")
+
+    def __init__(self, wid: int) -> None:
+        self.nums = [0.0] * _SIZE
+        self.nums[_ID] = wid
+        self.nums[_FIRST] = math.inf
+        self.nums[_LAST] = -math.inf
+        self.sketch: dict[int, int] = {}
+
+    def merge(self, other: _Open) -> None:
+        a, b = self.nums, other.nums
+        a[_FIRST] = min(a[_FIRST], b[_FIRST])
+        a[_LAST] = max(a[_LAST], b[_LAST])
+        a[_MAX] = max(a[_MAX], b[_MAX])
+        for i in (_N, _SUM, _RSS, _RSS_N, _DEV, _DEV_N, *range(_PH, _SIZE)):
+            a[i] += b[i]
+        for key, n in other.sketch.items():
+            self.sketch[key] = self.sketch.get(key, 0) + n
+        _collapse(self.sketch)
+
+    def freeze(self) -> TimelineWindow:
+        v, n = self.nums, int(self.nums[_N])
+        phases = tuple(
+            v[_PH + i] / v[_PH + _NP + i] if v[_PH + _NP + i] else None for i in range(_NP)
+        )
+        return TimelineWindow(
+            first_step=int(v[_FIRST]),
+            last_step=int(v[_LAST]),
+            steps=n,
+            mean_ms=v[_SUM] / n,
+            p50_ms=min(sketch_quantile(self.sketch, n, 0.5), v[_MAX]),
+            p95_ms=min(sketch_quantile(self.sketch, n, 0.95), v[_MAX]),
+            max_ms=v[_MAX],
+            phase_ms=phases,
+            host_rss_mb=v[_RSS] / v[_RSS_N] if v[_RSS_N] else None,
+            device_allocated_mb=v[_DEV] / v[_DEV_N] if v[_DEV_N] else None,
+            sketch=tuple(sorted(self.sketch.items())),
+        )
+
+    @classmethod
+    def thaw(cls, window: TimelineWindow, wid: int) -> _Open:
+        """An open window holding what `window` summarised (from a snapshot)."""
+        out = cls(wid)
+        v, n = out.nums, window.steps
+        v[_FIRST], v[_LAST], v[_N] = window.first_step, window.last_step, n
+        v[_SUM], v[_MAX] = window.mean_ms * n, window.max_ms
+        if window.host_rss_mb is not None:
+            v[_RSS], v[_RSS_N] = window.host_rss_mb * n, n
+        if window.device_allocated_mb is not None:
+            v[_DEV], v[_DEV_N] = window.device_allocated_mb * n, n
+        for i, ms in enumerate(window.phase_ms):
+            if ms is not None:
+                v[_PH + i], v[_PH + _NP + i] = ms * n, n
+        out.sketch = dict(window.sketch) or {_bucket(window.p50_ms): n}
+        return out
+
+
+class Timeline:
+    """One rank's steps in at most `capacity` windows; O(capacity) memory for any run.
+
+    Args:
+        capacity: Most windows kept; at least 2.
+    """
+
+    __slots__ = ("_frozen", "_open", "capacity", "stride")
+
+    def __init__(self, capacity: int = TIMELINE_WINDOWS) -> None:
+        self.capacity = max(2, capacity)
+        self.stride = 1
+        """Steps per window (a power of two); doubles on each pairwise merge."""
+        self._open: list[_Open] = []
+        """Windows in step order."""
+        self._frozen: list[TimelineWindow | None] = []
+        """Frozen copy of each window, None when it changed since (rebuilt on demand)."""
+
+    def add(self, rec: StepRecord) -> None:
+        """Fold one step (steps may come in any order; each step should come once)."""
+        pos = self._find(rec.step // self.stride)
+        self._frozen[pos] = None
+        v = self._open[pos].nums
+        ms = rec.step_ms
+        v[_N] += 1
+        v[_SUM] += ms
+        if ms > v[_MAX]:
+            v[_MAX] = ms
+        if rec.step < v[_FIRST]:
+            v[_FIRST] = rec.step
+        if rec.step > v[_LAST]:
+            v[_LAST] = rec.step
+        for i, p in enumerate(rec.phases):
+            if p is not None:
+                v[_PH + i] += p
+                v[_PH + _NP + i] += 1
+        if rec.host_rss_mb is not None:
+            v[_RSS] += rec.host_rss_mb
+            v[_RSS_N] += 1
+        if rec.device_allocated_mb is not None:
+            v[_DEV] += rec.device_allocated_mb
+            v[_DEV_N] += 1
+        sketch = self._open[pos].sketch
+        key = _bucket(ms)
+        sketch[key] = sketch.get(key, 0) + 1
+        if len(sketch) > SKETCH_BUCKETS:
+            _collapse(sketch)
+        if len(self._open) > self.capacity:
+            self._halve()
+
+    def extend(self, records: Iterable[StepRecord]) -> None:
+        for rec in records:
+            self.add(rec)
+
+    def windows(self, limit: int | None = None) -> tuple[TimelineWindow, ...]:
+        """The windows in step order; with `limit`, coarsened pairwise until at most `limit`."""
+        if limit is not None and len(self._open) > limit:
+            return self._coarsened(limit)
+        frozen = self._frozen
+        for i, cached in enumerate(frozen):
+            if cached is None:
+                frozen[i] = self._open[i].freeze()
+        return tuple(w for w in frozen if w is not None)
+
+    def seed(self, windows: Sequence[TimelineWindow]) -> None:
+        """Start from windows received in a snapshot (steps folded later are added to them).
+
+        The received windows keep their step ranges; the stride becomes the smallest power of
+        two that covers the widest, so later steps land in aligned windows after them.
+        """
+        if not windows:
+            return
+        span = max((w.last_step - w.first_step + 1) for w in windows)
+        stride = 1 << max(0, math.ceil(math.log2(max(1, span))))
+        merged: dict[int, _Open] = {}
+        for w in windows:
+            wid = w.first_step // stride
+            thawed = _Open.thaw(w, wid)
+            if wid in merged:
+                merged[wid].merge(thawed)
+            else:
+                merged[wid] = thawed
+        self.stride = max(self.stride, stride)
+        for part in self._open:
+            part.nums[_ID] = int(part.nums[_FIRST]) // self.stride
+        opens = sorted([*self._open, *merged.values()], key=lambda o: o.nums[_ID])
+        self._open = _coalesce(opens)
+        self._frozen = [None] * len(self._open)
+        while len(self._open) > self.capacity:
+            self._halve()
+
+    @property
+    def steps(self) -> int:
+        return sum(int(o.nums[_N]) for o in self._open)
+
+    def _find(self, wid: int) -> int:
+        opens = self._open
+        pos = len(opens)
+        while pos > 0 and opens[pos - 1].nums[_ID] > wid:
+            pos -= 1
+        if pos > 0 and opens[pos - 1].nums[_ID] == wid:
+            return pos - 1
+        opens.insert(pos, _Open(wid))
+        self._frozen.insert(pos, None)
+        return pos
+
+    def _halve(self) -> None:
+        for part in self._open:
+            part.nums[_ID] = int(part.nums[_ID]) // 2
+        self._open = _coalesce(self._open)
+        self._frozen = [None] * len(self._open)
+        self.stride *= 2
+
+    def _coarsened(self, limit: int) -> tuple[TimelineWindow, ...]:
+        factor = 1
+        while math.ceil(len(self._open) / factor) > limit:
+            factor *= 2
+        out: list[_Open] = []
+        for part in self._open:
+            wid = int(part.nums[_ID]) // factor
+            if out and out[-1].nums[_ID] == wid:
+                out[-1].merge(part)
+            else:
+                copy = _Open(wid)
+                copy.merge(part)
+                copy.nums[_ID] = wid
+                out.append(copy)
+        return tuple(o.freeze() for o in out)
+
+
+def _coalesce(opens: list[_Open]) -> list[_Open]:
+    """Windows sorted by id, merging neighbours that now share an id."""
+    out: list[_Open] = []
+    for part in opens:
+        if out and out[-1].nums[_ID] == part.nums[_ID]:
+            out[-1].merge(part)
+        else:
+            out.append(part)
+    return out
