@@ -37,7 +37,7 @@ def run(args: argparse.Namespace) -> int:
     pruned = set(prune_runs(runs, now=now))
     shown = [r for r in runs if r.run_id not in pruned and (args.all or r.live)]
     if args.json:
-        print(json.dumps([r.to_json(now) for r in shown], indent=2))
+        print(json.dumps([{**r.to_json(now), "steps": steps_done(r)} for r in shown], indent=2))
     elif shown:
         print(render_table(shown, now))
     else:
@@ -62,12 +62,27 @@ def _row(run: RunEntry, now: float) -> tuple[str, ...]:
         run.script or "-",
         ranks or str(len(run.ranks)),
         ",".join(run.hosts) or "-",
-        "-" if run.last_step is None else str(run.last_step),
+        "-" if run.last_step is None else str(steps_done(run)),
         "-" if run.last_step_ms is None else f"{run.last_step_ms:.1f}",
         run.primary or "-",
-        run.state,
+        state_text(run, now),
         format_age(run.age_s(now)),
     )
+
+
+def steps_done(run: RunEntry) -> int | None:
+    """Steps the furthest rank has finished (its last step index is 0-based); None before any."""
+    return None if run.last_step is None else run.last_step + 1
+
+
+def state_text(run: RunEntry, now: float) -> str:
+    """The state in words; a stalled or dead run says how long ago its last step ended."""
+    if run.state not in ("stalled", "dead"):
+        return run.state
+    since = [r.last_step_t for r in run.ranks if r.last_step_t is not None]
+    if not since:
+        return run.state
+    return f"{run.state} (no step for {format_age(now - max(since))})"
 
 
 def format_age(seconds: float) -> str:

@@ -20,6 +20,7 @@ COMMANDS: dict[str, str] = {
     "ls": "traceml.cli.ls",
     "show": "traceml.cli.show",
     "compare": "traceml.cli.compare",
+    "prune": "traceml.cli.prune",
 }
 """Subcommand name -> module; a module that does not exist yet is left out of the parser."""
 
