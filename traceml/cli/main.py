@@ -20,7 +20,9 @@ COMMANDS: dict[str, str] = {
     "ls": "traceml.cli.ls",
     "show": "traceml.cli.show",
     "compare": "traceml.cli.compare",
+    "export": "traceml.cli.export",
     "prune": "traceml.cli.prune",
+    "report": "traceml.cli.report",
 }
 """Subcommand name -> module; a module that does not exist yet is left out of the parser."""
 
