@@ -213,6 +213,9 @@ class RankInfo:
     traceml_version: str = ""
     incarnation: int = 0
     """Changes when torchelastic restarts the worker; 0 otherwise."""
+    optimizers: tuple[str, ...] = ()
+    """Class names of the optimizers stepped so far (auto mode), first seen first; () = none
+    seen. The rank sends its info again when this grows. A 16th wire field, optional on read."""
 
     def to_wire(self) -> list[Any]:
         return [
@@ -231,14 +234,15 @@ class RankInfo:
             self.torch_version,
             self.traceml_version,
             self.incarnation,
+            list(self.optimizers),
         ]
 
     @classmethod
     def from_wire(cls, wire: Any) -> RankInfo:
         w = _fields(wire, "rank info", 15)
-        argv = w[9]
-        if not isinstance(argv, (list, tuple)):
-            raise SchemaError("rank info: argv must be a list")
+        argv, optimizers = w[9], w[15] if len(w) > 15 else ()
+        if not isinstance(argv, (list, tuple)) or not isinstance(optimizers, (list, tuple)):
+            raise SchemaError("rank info: argv and optimizers must be lists")
         return cls(
             run_id=_str(w[1]),
             rank=_int(w[2]),
@@ -254,6 +258,7 @@ class RankInfo:
             torch_version=_str(w[12]),
             traceml_version=_str(w[13]),
             incarnation=_int(w[14]),
+            optimizers=tuple(_str(o) for o in optimizers),
         )
 
 

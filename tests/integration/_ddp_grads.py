@@ -55,8 +55,11 @@ def main() -> None:
             for opt in opts:
                 opt.step()
                 opt.zero_grad(set_to_none=False)
-        hooks = traced._comm_hooks
-        report["hooked"].append(len(hooks) == 1 and hooks[0][0] is traced_allreduce)
+        # Registered with DDP's reducer, and nothing of TraceML's left in the model's own lists.
+        hook_name = traced._get_ddp_logging_data().get("comm_hook", "")  # type: ignore[no-untyped-call]
+        report["hooked"].append(
+            hook_name == traced_allreduce.__qualname__ and not traced._comm_hooks
+        )
     traceml.shutdown()
     (out / f"rank-{rank}.json").write_text(json.dumps(report))
     dist.destroy_process_group()

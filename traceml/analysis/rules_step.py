@@ -6,6 +6,7 @@ that was not measured (None) is skipped, never read as 0. Pure functions: no I/O
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -13,6 +14,8 @@ from traceml.analysis.rules import cap, enough_steps, grade, ms, pct, rounded
 from traceml.records import PHASES, Finding
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from traceml.analysis.view import RunView
     from traceml.config import Thresholds
     from traceml.records import Phase
@@ -35,6 +38,16 @@ H2D_ACTION = (
 OPTIMIZER_ACTION = (
     "Use a fused or foreach optimizer (e.g. AdamW(..., fused=True)), drop per-step grad-norm"
     " logging you do not need, or step less often with gradient accumulation."
+)
+FUSED_OPTIMIZERS = frozenset({"Adam", "AdamW", "SGD", "Adagrad"})
+"""torch.optim classes with a `fused=True` implementation (and `foreach=True`)."""
+FOREACH_OPTIMIZERS = frozenset({"Adadelta", "Adamax", "ASGD", "NAdam", "RAdam", "RMSprop", "Rprop"})
+"""torch.optim classes with a multi-tensor `foreach=True` implementation but no fused one."""
+LBFGS_ACTION = (
+    "LBFGS's own work (its two-loop recursion over `history_size` past updates, and the loss and"
+    " zero_grad inside your closure) is the cost here; the closure's forward and backward are"
+    " already counted as forward and backward. Lower history_size or max_iter, or use"
+    " line_search_fn='strong_wolfe' to converge in fewer evaluations."
 )
 COMPUTE_ACTION = (
     "The step is busy in the model: to go faster, use bf16 autocast, torch.compile or a larger"
@@ -101,6 +114,32 @@ def h2d_bound(view: RunView, th: Thresholds) -> Finding | None:
     return _share_finding(view, th, spec)
 
 
+def optimizer_advice(name: str) -> str:
+    """What to try for one optimizer class whose step is costly."""
+    if name == "LBFGS":
+        return LBFGS_ACTION
+    if name in FUSED_OPTIMIZERS:
+        return f"{name}(..., fused=True) (or foreach=True) runs its update in a few kernels"
+    if name in FOREACH_OPTIMIZERS:
+        return f"{name}(..., foreach=True) runs its update as multi-tensor kernels"
+    return (
+        f"{name} has no fused path in torch.optim: look for a fused or multi-tensor version of it"
+    )
+
+
+def optimizer_action(names: Sequence[str]) -> str:
+    """The action for OPTIMIZER_BOUND, fitted to the optimizer classes the run stepped."""
+    if not names:
+        return OPTIMIZER_ACTION
+    if tuple(names) == ("LBFGS",):
+        return LBFGS_ACTION
+    tips = "; ".join(optimizer_advice(n) for n in names)
+    return (
+        f"{tips}. Also drop per-step grad-norm logging you do not need, or step less often with"
+        " gradient accumulation."
+    )
+
+
 def optimizer_bound(view: RunView, th: Thresholds) -> Finding | None:
     """OPTIMIZER_BOUND: optimizer.step reaches optimizer_warning / optimizer_critical."""
     spec = _Spec(
@@ -108,9 +147,17 @@ def optimizer_bound(view: RunView, th: Thresholds) -> Finding | None:
         ("optimizer",),
         th.optimizer_warning,
         th.optimizer_critical,
-        OPTIMIZER_ACTION,
+        optimizer_action(view.optimizers),
     )
-    return _share_finding(view, th, spec)
+    found = _share_finding(view, th, spec)
+    if found is None or not view.optimizers:
+        return found
+    names = ", ".join(view.optimizers)
+    return dataclasses.replace(
+        found,
+        summary=found.summary.replace("optimizer ", f"optimizer ({names}) ", 1),
+        evidence={**found.evidence, "optimizers": list(view.optimizers)},
+    )
 
 
 BOTTLENECK_RULES = (input_bound, host_bound, h2d_bound, optimizer_bound)

@@ -226,6 +226,7 @@ def build_summary(
         "traceml": __version__,
         "ranks_omitted": omitted,
         "restarts": _restarts(store),
+        "optimizers": list(view.optimizers),
     }
     primary = with_comm_wait(diag.primary, waits).to_json()
     return {

@@ -14,6 +14,7 @@ comm wait stays None (not measured); timing it would need CUDA events recorded i
 from __future__ import annotations
 
 import time
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -64,8 +65,7 @@ class CommLink:
     """The state DDP passes to the hook: the process group and where timestamps go.
 
     `comm` is None while TraceML is off (after shutdown): a comm hook cannot be unregistered, so
-    the hook then only does DDP's all-reduce. It pickles as an inert link (no process group), so
-    `torch.save` or `copy.deepcopy` of the DDP model still works.
+    the hook then only does DDP's all-reduce. Only DDP's C++ reducer holds it (see attach_ddp).
     """
 
     __slots__ = ("comm", "group", "scale", "size")
@@ -82,9 +82,6 @@ class CommLink:
         if comm is not None and len(comm.done) < MAX_BUCKETS:
             comm.done.append(comm.clock())
         return fut.value()[0]
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return (CommLink, (None, None))
 
 
 def traced_allreduce(link: CommLink, bucket: Any) -> Any:
@@ -110,43 +107,42 @@ def traced_allreduce(link: CommLink, bucket: Any) -> Any:
 traced_allreduce.__annotations__ = {}
 
 
+_ATTACHED: weakref.WeakKeyDictionary[Any, CommLink] = weakref.WeakKeyDictionary()
+"""DDP models our hook is registered on, weakly: a comm hook cannot be unregistered, so a second
+install (init after shutdown) re-arms the link instead of registering again."""
+
+
 def attach_ddp(model: Any, comm: CommWait) -> CommLink | None:
     """Register `traced_allreduce` on a CPU DDP model, or re-arm it if it is already there.
 
     Returns None (not measured) when the model is not DDP, has a comm hook of the user's, or is
     set up in a way the hook could not reproduce bit for bit. Raises whatever DDP raises on
     registration; the caller reports it once and goes on without.
+
+    DDP also lists a registered hook in the model's `_comm_hooks`, which only its Python reducer
+    (excluded by `_reproducible`) reads and which `torch.save` / `deepcopy` of the DDP model would
+    carry along: our entry is taken out of that list, so the model holds nothing of TraceML's
+    (the C++ reducer, never pickled, keeps the hook) and a copy of the model is never timed.
     """
     import torch
 
     if not isinstance(model, torch.nn.parallel.DistributedDataParallel):
         return None
+    link = _ATTACHED.get(model)
+    if link is not None:
+        link.comm = comm
+        return link
     hooks = getattr(model, "_comm_hooks", None)
-    if not isinstance(hooks, list):
-        return None
-    if hooks:
-        return _rearm(hooks, comm)
-    if not _reproducible(model):
+    if not isinstance(hooks, list) or hooks or not _reproducible(model):
         return None
     link = CommLink(model.process_group, comm)
     try:
         model.register_comm_hook(link, traced_allreduce)
-    except Exception:
-        # DDP lists the hook before its reducer refuses it (a built-in hook is already set).
+    finally:
+        # DDP lists the hook before its reducer accepts (or refuses) it.
         if (traced_allreduce, link) in hooks:
             hooks.remove((traced_allreduce, link))
-        raise
-    return link
-
-
-def _rearm(hooks: list[Any], comm: CommWait) -> CommLink | None:
-    """Our hook from an earlier install (hooks removed, then installed again): point it here."""
-    if len(hooks) != 1 or hooks[0][0] is not traced_allreduce:
-        return None
-    link = hooks[0][1]
-    if not isinstance(link, CommLink) or link.group is None:
-        return None
-    link.comm = comm
+    _ATTACHED[model] = link
     return link
 
 

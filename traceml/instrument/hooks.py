@@ -1,52 +1,24 @@
 """Auto mode's patches and hooks: DataLoader wait, forward, backward, optimizer, host-to-device.
 
-Every patch is recorded with its undo, and `remove()` undoes all of them (idempotent), so nothing
-leaks past shutdown. The wrappers run on the training thread: a timestamp each side, and any
-failure inside TraceML is reported once and never reaches the user's code.
+Every patch is on a torch class or module-level hook registry, never on a user's object (see
+instrument.forward), recorded with its undo; `remove()` undoes all of them (idempotent), so
+nothing leaks past shutdown. The wrappers run on the training thread: a timestamp each side, and
+any failure inside TraceML is reported once and never reaches the user's code.
 """
 
 from __future__ import annotations
 
 import importlib
-import weakref
+import threading
 from collections.abc import Callable
 from typing import Any
 
+from traceml.instrument import forward
 from traceml.instrument.comm import CommLink, CommWait, attach_ddp
-from traceml.instrument.timer import BACKWARD, DATALOADER, FORWARD, H2D, OPTIMIZER, StepTimer
+from traceml.instrument.timer import BACKWARD, DATALOADER, H2D, OPTIMIZER, StepTimer
 from traceml.probe import warn_once
 
-MAX_MODELS = 8
-"""Root modules hooked at once; a loop alternating between more models is rare and gets warned."""
-
 OnError = Callable[[BaseException], None]
-
-
-class ForwardMark:
-    """A forward (pre-)hook that marks the forward phase on the timer.
-
-    It lives inside the user's module, so it must survive what users do to modules:
-    `torch.save(model)` and `copy.deepcopy(model)` (EMA copies) reduce it to an inert mark, so
-    the pickle holds no timer and a copy of the model is never timed as the trained one.
-    """
-
-    __slots__ = ("_begin", "_timer")
-
-    def __init__(self, timer: StepTimer | None, begin: bool) -> None:
-        self._timer = timer
-        self._begin = begin
-
-    def __call__(self, _module: Any, *_args: Any) -> None:
-        timer = self._timer
-        if timer is None:
-            return
-        if self._begin:
-            timer.begin(FORWARD)
-        else:
-            timer.end(FORWARD)
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return (ForwardMark, (None, self._begin))
 
 
 class Hooks:
@@ -56,7 +28,10 @@ class Hooks:
         self._timer = timer
         self._on_error = on_error
         self._undo: list[Callable[[], None]] = []
-        self._models: dict[int, tuple[weakref.ref[Any], list[Any]]] = {}
+        self.roots: forward.RootState | None = None
+        """State of the `nn.Module.__call__` wrapper while it is installed (auto mode)."""
+        self.optimizers: dict[str, None] = {}
+        """Class names of the optimizers stepped so far, in first-seen order (insertion only)."""
         self.comm = CommWait()
         """DDP all-reduce wait of the current step, fed by the comm hook and backward's end."""
         self._links: list[CommLink] = []
@@ -64,7 +39,7 @@ class Hooks:
     @property
     def installed(self) -> int:
         """Number of patches and hooks currently in place (0 after `remove()`)."""
-        return len(self._undo) + sum(len(h) for _, h in self._models.values())
+        return len(self._undo)
 
     def _patch(self, owner: Any, name: str, make: Callable[[Any], Any]) -> None:
         own = name in owner.__dict__
@@ -106,6 +81,8 @@ class Hooks:
 
     def install_auto(self, torch: Any, h2d: bool) -> None:
         """Patch what auto mode needs; `h2d` only when the run uses CUDA."""
+        self.roots, undo = forward.install(torch, self._timer, self._on_error)
+        self._undo.append(undo)
         dl = importlib.import_module("torch.utils.data.dataloader")._BaseDataLoaderIter
         self._patch(dl, "__next__", lambda f: self._timed(DATALOADER, f))
         done = self.comm.backward_done
@@ -121,11 +98,15 @@ class Hooks:
             self.install_h2d(torch)
 
     def _install_optimizer(self, torch: Any) -> None:
-        timer, on_error = self._timer, self._on_error
+        timer, on_error, seen = self._timer, self._on_error, self.optimizers
+        last: list[type] = [type(None)]
 
-        def pre(_opt: Any, _args: Any, _kwargs: Any) -> None:
+        def pre(opt: Any, _args: Any, _kwargs: Any) -> None:
             try:
                 timer.begin(OPTIMIZER)
+                if type(opt) is not last[0]:  # the findings' advice depends on the class
+                    last[0] = type(opt)
+                    seen.setdefault(type(opt).__name__)
             except Exception as e:  # noqa: BLE001
                 on_error(e)
 
@@ -163,20 +144,18 @@ class Hooks:
         self._patch(torch.Tensor, "cuda", make)
 
     def watch_model(self, model: Any) -> None:
-        """Hook the forward of the root module given to `trace_step` (once per model)."""
-        key = id(model)
-        known = self._models.get(key)
-        if known is not None and known[0]() is model:
-            return
-        self._forget_dead()
-        if len(self._models) >= MAX_MODELS:
-            return
-        handles = [
-            model.register_forward_pre_hook(ForwardMark(self._timer, begin=True)),
-            model.register_forward_hook(ForwardMark(self._timer, begin=False), always_call=True),
-        ]
-        self._models[key] = (weakref.ref(model), handles)
+        """The model given to `trace_step`: its thread is the training thread; time DDP's wait.
+
+        Forward needs nothing per model: every root module's call is timed (instrument.forward).
+        """
+        if self.roots is not None and self.roots.owner is not None:
+            self.roots.owner = threading.get_ident()
         self.watch_ddp(model)
+
+    def forget_thread(self) -> None:
+        """A forked child: the wrapper passes every call straight through from now on."""
+        if self.roots is not None:
+            self.roots.owner = None
 
     def watch_ddp(self, model: Any) -> None:
         """Time DDP's gradient all-reduce of `model` (CPU DDP without a comm hook of its own).
@@ -193,10 +172,6 @@ class Hooks:
             self._links.append(link)
             self._timer.use_comm(self.comm.take)
 
-    def _forget_dead(self) -> None:
-        for key in [k for k, (ref, _) in self._models.items() if ref() is None]:
-            del self._models[key]
-
     def remove(self) -> None:
         """Undo every patch and hook, newest first. Safe to call twice."""
         while self._undo:
@@ -205,10 +180,7 @@ class Hooks:
                 undo()
             except Exception as e:  # noqa: BLE001
                 self._on_error(e)
-        for _, handles in self._models.values():
-            for handle in handles:
-                handle.remove()
-        self._models.clear()
+        self.roots = None
         for link in self._links:
             link.comm = None
         if self._links:

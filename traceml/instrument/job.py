@@ -244,6 +244,10 @@ class JobLink:
         if self._feed is not None:
             self._feed.send_system(sample)
 
+    def send_info(self, info: RankInfo) -> None:
+        if self._feed is not None:
+            self._feed.send_info(info)
+
     def service(self, now: float, *, last_step: int, dropped: int, primary: str | None) -> None:
         if self._job is not None:
             self._job.tick(now)

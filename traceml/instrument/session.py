@@ -138,6 +138,7 @@ class Session:
             progress=progress,
             finish=self._finish_on_tx,
             primary=lambda: _primary_kind(store),
+            optimizers=lambda: tuple(self.hooks.optimizers),
         )
 
     def _make_sinks(self, info: RankInfo, store: Any) -> list[Any]:
@@ -224,6 +225,7 @@ class Session:
     def _after_fork_child(self) -> None:
         # A forked child (DataLoader worker) must never touch the parent's sockets or files.
         self.closed = True
+        self.hooks.forget_thread()
         self.hooks = Hooks(self.timer, self._on_error)
         self.raw.clear()
 

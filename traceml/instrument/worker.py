@@ -7,6 +7,7 @@ owns every zmq socket of the rank. Nothing here may block the training thread or
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 import threading
 import time
@@ -56,6 +57,8 @@ class WorkerParts:
     finish: Callable[[RankEnd], Any] | None = None
     """Called on the tx thread at the very end; returns the summary path (or None)."""
     primary: Callable[[], str | None] = field(default=lambda: None)
+    optimizers: Callable[[], tuple[str, ...]] | None = None
+    """Class names of the optimizers the training thread has stepped (auto mode), else None."""
 
 
 def _sink_name(sink: Sink) -> str:
@@ -151,7 +154,22 @@ class TxWorker(threading.Thread):
     def _record(self, raw: RawStep, phases: list[float] | None) -> StepRecord:
         return to_record(raw, self.p.info.rank, self.p.wall_offset_ns, self.p.page_mb, phases)
 
+    def _refresh_info(self) -> None:
+        """Send the rank's info again once a new optimizer class was stepped (findings name it)."""
+        if self.p.optimizers is None:
+            return
+        names = self.p.optimizers()
+        if names == self.p.info.optimizers:
+            return
+        self.p.info = info = dataclasses.replace(self.p.info, optimizers=names)
+        self.p.store.add_info(info)
+        for sink in self.p.sinks:
+            send_info = getattr(sink, "send_info", None)
+            if send_info is not None:
+                send_info(info)
+
     def _sample(self) -> None:
+        self._refresh_info()
         if self.last_step >= 0:
             self._primary = self.p.primary()
         if self.p.sampler is None:
@@ -173,6 +191,7 @@ class TxWorker(threading.Thread):
 
     def _finish(self) -> None:
         self._tick(final=True)
+        self._refresh_info()
         end = self._end or RankEnd(self.p.info.rank, "ok", self.last_step + 1, time.time())
         end = RankEnd(end.rank, end.exit, self.last_step + 1, end.t)
         self.p.store.add_end(end)

@@ -55,6 +55,11 @@ class CollectorFeed:
             self.close(linger_ms=0)
             raise TransportError(f"cannot reach the job collector: {e}") from e
 
+    def send_info(self, info: RankInfo) -> None:
+        """The rank's info changed: the collector's store gets it like the first hello."""
+        self._info = dataclasses.replace(info, run_id=self._info.run_id)
+        self.hello()
+
     def hello(self) -> None:
         """Say who this rank is; the collector needs it before the records."""
         hello = {"id": -1, "kind": "info", "payload": self._info.to_wire(), "node": node_key()}

@@ -208,6 +208,11 @@ class Publisher:
         if self._live():
             self._safely("send_system", lambda: self._send_system(sample))
 
+    def send_info(self, info: RankInfo) -> None:
+        """The rank's info changed (a new optimizer class): viewers and later snapshots get it."""
+        self._info = info
+        self.send_event("info", {"info": info.to_wire()})
+
     def send_event(self, kind: str, payload: dict[str, Any]) -> None:
         """Publish an event, e.g. kind="finding" with Finding.to_json(); kept for snapshots."""
         if self._live():

@@ -1,0 +1,143 @@
+"""The root-forward wrapper with a fake clock: which module calls are forward time, and which not."""
+
+from __future__ import annotations
+
+import threading
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from tests.unit._clock import FakeClock
+from traceml.instrument.forward import RootState, make_call
+from traceml.instrument.timer import BACKWARD, FORWARD, OPTIMIZER, OTHER, RawStep, StepTimer
+
+
+class Rig:
+    """A timer, a clock, and a stand-in for `nn.Module.__call__` that runs `body(module)`."""
+
+    def __init__(self, compiling: bool = False) -> None:
+        self.clock = FakeClock()
+        self.out: deque[RawStep] = deque(maxlen=10)
+        self.timer = StepTimer(self.out, clock=self.clock)
+        self.state = RootState()
+        self.errors: list[BaseException] = []
+
+        def original(module: Any, *args: Any, **kwargs: Any) -> Any:
+            return module(self.call, *args, **kwargs)
+
+        self.call = make_call(
+            original, self.timer, self.state, self.errors.append, lambda: compiling
+        )
+
+    def module(self, ns: int, *children: Callable[..., Any]) -> Callable[..., Any]:
+        """A module whose own work takes `ns` and which then calls its children."""
+
+        def run(call: Callable[..., Any]) -> str:
+            self.clock.advance(ns)
+            for child in children:
+                call(child)
+            return "out"
+
+        return run
+
+    def step(self, body: Callable[[], None]) -> tuple[int, ...]:
+        self.timer.enter()
+        body()
+        self.timer.exit()
+        return self.out[-1].phase_ns
+
+
+def test_a_root_and_its_children_are_one_forward() -> None:
+    rig = Rig()
+    model = rig.module(10, rig.module(20), rig.module(30, rig.module(5)))
+    phases = rig.step(lambda: (rig.call(model), rig.clock.advance(7)))
+    assert phases[FORWARD] == 65
+    assert phases[OTHER] == 7
+    assert not rig.state.busy and not rig.errors
+
+
+def test_every_root_of_the_step_is_forward_whichever_model_was_named() -> None:
+    rig = Rig()
+    generator, discriminator = rig.module(40), rig.module(25)
+
+    def gan_step() -> None:
+        rig.call(discriminator)
+        rig.call(generator)
+        rig.clock.advance(3)  # a loss
+        rig.call(discriminator)
+
+    assert rig.step(gan_step)[FORWARD] == 90
+
+
+def test_calls_outside_a_step_are_not_forward() -> None:
+    rig = Rig()
+    rig.timer.enter()
+    rig.timer.exit()
+    rig.call(rig.module(50))  # an eval forward between steps
+    phases = rig.step(lambda: rig.clock.advance(1))
+    assert phases[FORWARD] == 0
+
+
+def test_a_forward_inside_the_optimizer_closure_is_forward() -> None:
+    rig = Rig()
+
+    def lbfgs_step() -> None:
+        rig.timer.begin(OPTIMIZER)
+        rig.clock.advance(4)
+        rig.call(rig.module(30))
+        rig.clock.advance(6)
+        rig.timer.end(OPTIMIZER)
+
+    phases = rig.step(lbfgs_step)
+    assert (phases[FORWARD], phases[OPTIMIZER]) == (30, 10)
+
+
+def test_a_recompute_inside_backward_stays_backward() -> None:
+    rig = Rig()
+
+    def checkpointed_backward() -> None:
+        rig.timer.begin(BACKWARD)
+        rig.call(rig.module(30))  # activation checkpointing re-runs the forward
+        rig.timer.end(BACKWARD)
+
+    phases = rig.step(checkpointed_backward)
+    assert (phases[FORWARD], phases[BACKWARD]) == (0, 30)
+
+
+def test_another_threads_calls_are_not_timed() -> None:
+    rig = Rig()
+    rig.timer.enter()
+    worker = threading.Thread(target=rig.call, args=(rig.module(50),))
+    worker.start()
+    worker.join()
+    rig.timer.exit()
+    assert rig.out[-1].phase_ns[FORWARD] == 0
+    assert not rig.state.busy
+
+
+def test_while_dynamo_traces_only_the_original_call_runs() -> None:
+    rig = Rig(compiling=True)
+    assert rig.step(lambda: rig.call(rig.module(50)))[FORWARD] == 0
+    assert not rig.state.busy
+
+
+def test_a_pass_through_once_the_owner_is_forgotten() -> None:
+    rig = Rig()
+    rig.state.owner = None  # shutdown, or a forked child
+    assert rig.step(lambda: rig.call(rig.module(50)))[FORWARD] == 0
+
+
+def test_an_exception_in_the_model_reaches_the_user_and_leaves_no_state() -> None:
+    rig = Rig()
+
+    def broken(_call: Callable[..., Any]) -> None:
+        raise ValueError("shape mismatch")
+
+    rig.timer.enter()
+    with pytest.raises(ValueError, match="shape mismatch"):
+        rig.call(broken)
+    rig.timer.exit()
+    assert not rig.state.busy and not rig.errors
+    assert rig.step(lambda: rig.call(rig.module(8)))[FORWARD] == 8
