@@ -38,6 +38,9 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     )
     parser.add_argument("--json", action="store_true", help="print a traceml.compare/1 object")
     parser.add_argument(
+        "--html", metavar="OUT", type=Path, default=None, help="also write the comparison as HTML"
+    )
+    parser.add_argument(
         "--fail-on-regression",
         metavar="PCT",
         type=float,
@@ -134,6 +137,10 @@ def run(args: argparse.Namespace) -> int:
     baseline = resolve_baseline(args.baseline)
     comparisons = compare_all(baseline, candidates(resolve_runs(args.runs), baseline))
     failing = failing_runs(comparisons, limit)
+    if args.html is not None:
+        from traceml.cli.report import write_compare_html
+
+        write_compare_html(comparisons, failing, args.html)
     if args.json:
         print(json.dumps(report_to_json(comparisons, limit), indent=2))
     else:

@@ -8,9 +8,15 @@ Bad input raises a TraceMLError, which main turns into one line and exit code 2.
 from __future__ import annotations
 
 import argparse
+import sys
+from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from traceml.errors import ConfigError
+
+if TYPE_CHECKING:
+    from traceml.analysis.compare import Comparison
 
 DEFAULT_NAME = "report.html"
 
@@ -69,10 +75,33 @@ def run(args: argparse.Namespace) -> int:
     try:
         from traceml.report.run import render_report
     except ModuleNotFoundError as e:
-        if e.name != "plotly" and not str(e.name).startswith("plotly."):
+        if not str(e.name).startswith("plotly"):
             raise
         raise plotly_missing() from e
     out = write_html(render_report(summary, source=str(path)), args.output)
     if str(out) != "-":
         print(f"traceml: report written to {out}")
     return 0
+
+
+def write_compare_html(comparisons: Sequence[Comparison], failing: list[str], out: Path) -> Path:
+    """`traceml compare --html OUT`: the comparison as a standalone page (the summaries are read
+    again by their labels, which are their paths, for their timelines).
+
+    Raises:
+        ConfigError: plotly is missing, or OUT cannot be written.
+    """
+    from traceml.analysis.summary import load_summary
+
+    labels = {c.baseline.label for c in comparisons} | {c.candidate.label for c in comparisons}
+    summaries = {label: load_summary(Path(label)) for label in labels}
+    try:
+        from traceml.report.compare import render_compare_report
+    except ModuleNotFoundError as e:
+        if not str(e.name).startswith("plotly"):
+            raise
+        raise plotly_missing() from e
+    path = write_html(render_compare_report(comparisons, summaries, failing), out)
+    if str(path) != "-":
+        print(f"traceml: comparison written to {path}", file=sys.stderr)
+    return path

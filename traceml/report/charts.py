@@ -212,3 +212,43 @@ def rank_phases(ranks: Sequence[Mapping[str, Any]]) -> go.Figure | None:
 def _rank_phase_ms(rank: Mapping[str, Any], name: str) -> float | None:
     share, median = rank.get(f"{name}_pct"), rank.get("median_ms")
     return None if share is None or median is None else share / 100 * median
+
+
+def phase_compare(phases: Sequence[Any], labels: tuple[str, str]) -> go.Figure | None:
+    """Each phase's ms per step in the baseline and the candidate, side by side.
+
+    Args:
+        phases: analysis.compare.PhaseChange values (ms = share x median step).
+        labels: What to call the two runs in the legend.
+    """
+    measured = [p for p in phases if p.ms.baseline is not None or p.ms.candidate is not None]
+    if not measured:
+        return None
+    names = [p.phase for p in measured]
+    fig = go.Figure()
+    for side, label, color in (
+        ("baseline", labels[0], "#8a94a6"),
+        ("candidate", labels[1], "#3a7bd5"),
+    ):
+        ys = [getattr(p.ms, side) for p in measured]
+        fig.add_trace(
+            go.Bar(x=names, y=ys, name=label, marker={"color": color}, hovertemplate="%{y:.2f} ms")
+        )
+    fig.update_yaxes(title_text="ms per step (share x median step)")
+    return _layout(fig, "Phases: baseline vs candidate", 340, barmode="group")
+
+
+def runs_over_time(
+    runs: Sequence[tuple[str, Sequence[Window]]], key: str, title: str, unit: str
+) -> go.Figure | None:
+    """One line per run of a timeline field (e.g. p50_ms, host_rss_mb) against the step."""
+    fig = go.Figure()
+    for label, windows in runs:
+        ys = [w.get(key) for w in windows]
+        if windows and _measured(ys):
+            fig.add_trace(go.Scatter(x=_x(windows), y=ys, name=label, mode="lines"))
+    if not fig.data:
+        return None
+    fig.update_xaxes(title_text="step")
+    fig.update_yaxes(title_text=unit, rangemode="tozero")
+    return _layout(fig, title, 320)

@@ -23,6 +23,7 @@ h1{font-size:22px;margin:0 0 4px}h2{font-size:17px;margin:28px 0 8px}
 .card{background:#fff;border:1px solid #dde1e7;border-radius:8px;padding:14px 18px;margin:10px 0}
 .verdict{border-left:6px solid #8a94a6}.verdict .kind{font-weight:700;font-size:18px}
 .critical{border-left-color:#d64545}.warning{border-left-color:#e0a100}.info{border-left-color:#3a7bd5}
+.good{border-left-color:#2e9e5b}
 .sev{font-size:12px;font-weight:700;text-transform:uppercase;letter-spacing:.04em;color:#566070}
 .action{margin-top:6px}.action b{color:#1d2330}
 table{border-collapse:collapse;width:100%;background:#fff}
