@@ -48,6 +48,15 @@ class Thresholds:
     live_window: int = 100
     compare_moderate: float = 0.03
     compare_material: float = 0.08
+    spike_factor: float = 3.0
+    """A step is a spike when it takes more than this times the rank's rolling median step."""
+    spike_rare: float = 0.10
+    """Spikes are left out of the typical step only while at most this fraction of steps;
+    more than that is how the loop runs, not rare events."""
+    spike_warning: float = 0.05
+    """STEP_SPIKES fires when spikes take this share of the window's step time (warning) ..."""
+    spike_critical: float = 0.25
+    """... and is critical from this share on."""
 
 
 DEFAULT_THRESHOLDS = Thresholds()
@@ -75,6 +84,12 @@ class Settings:
     """Full-resolution step records kept per rank for attach snapshots."""
     buffer_steps: int = 65536
     """Records the training thread may queue before the oldest are dropped (and counted)."""
+    skip: frozenset[str] = frozenset()
+    """Auto-mode patches left out (TRACEML_SKIP, names from PATCHES); their phase reads null."""
+
+
+PATCHES: tuple[str, ...] = ("dataloader", "forward", "backward", "optimizer", "h2d", "comm")
+"""What auto mode patches or hooks, by the name TRACEML_SKIP uses (README: What TraceML touches)."""
 
 
 def _flag(env: Mapping[str, str], name: str, default: bool) -> bool:
@@ -110,7 +125,19 @@ def settings_from_env(mode: str = "auto", env: Mapping[str, str] | None = None) 
         publish=_flag(env, "TRACEML_PUBLISH", True),
         listen="tcp" if listen == "tcp" else "ipc",
         insecure=_flag(env, "TRACEML_INSECURE", False),
+        skip=parse_skip(env.get("TRACEML_SKIP", "")),
     )
+
+
+def parse_skip(raw: str) -> frozenset[str]:
+    """TRACEML_SKIP: comma-separated PATCHES names; raise ConfigError naming the allowed ones."""
+    names = frozenset(n.strip().lower() for n in raw.split(",") if n.strip())
+    unknown = sorted(names - set(PATCHES))
+    if unknown:
+        raise ConfigError(
+            f"TRACEML_SKIP names {', '.join(unknown)}: use any of {', '.join(PATCHES)}"
+        )
+    return names
 
 
 PHASES_MANUAL: tuple[str, ...] = ("dataloader", "forward", "backward", "optimizer", "h2d")

@@ -184,3 +184,17 @@ def test_an_lbfgs_closure_keeps_forward_and_backward(session_env: Path) -> None:
     assert summary["run"]["optimizers"] == ["LBFGS"]
     for finding in summary["findings"]:
         assert "fused" not in finding["action"], finding
+
+
+def test_traceml_skip_leaves_a_patch_out(
+    session_env: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TRACEML_SKIP", "forward,optimizer")
+    call = torch.nn.Module.__dict__["__call__"]
+    traceml.init(mode="auto", summary=session_env)
+    assert torch.nn.Module.__dict__["__call__"] is call
+    train(Net())
+    traceml.shutdown()
+    st = load_summary(session_env)["step_time"]
+    assert st["forward_pct"] is None and st["optimizer_pct"] is None
+    assert st["backward_pct"] is not None

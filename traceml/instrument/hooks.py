@@ -24,9 +24,13 @@ OnError = Callable[[BaseException], None]
 class Hooks:
     """Installs timing hooks around torch and remembers how to take each one away."""
 
-    def __init__(self, timer: StepTimer, on_error: OnError) -> None:
+    def __init__(
+        self, timer: StepTimer, on_error: OnError, skip: frozenset[str] = frozenset()
+    ) -> None:
         self._timer = timer
         self._on_error = on_error
+        self._skip = skip
+        """Patches left out (config.PATCHES names, from TRACEML_SKIP)."""
         self._undo: list[Callable[[], None]] = []
         self.roots: forward.RootState | None = None
         """State of the `nn.Module.__call__` wrapper while it is installed (auto mode)."""
@@ -80,20 +84,25 @@ class Hooks:
         return wrapper
 
     def install_auto(self, torch: Any, h2d: bool) -> None:
-        """Patch what auto mode needs; `h2d` only when the run uses CUDA."""
-        self.roots, undo = forward.install(torch, self._timer, self._on_error)
-        self._undo.append(undo)
-        dl = importlib.import_module("torch.utils.data.dataloader")._BaseDataLoaderIter
-        self._patch(dl, "__next__", lambda f: self._timed(DATALOADER, f))
-        done = self.comm.backward_done
-        self._patch(torch.Tensor, "backward", lambda f: self._timed(BACKWARD, f, after=done))
-        # Tensor.backward calls torch.autograd.backward: time that one only when called directly.
-        self._patch(
-            torch.autograd,
-            "backward",
-            lambda f: self._timed(BACKWARD, f, outer_only=True, after=done),
-        )
-        self._install_optimizer(torch)
+        """Patch what auto mode needs, less `skip`; `h2d` only when the run uses CUDA."""
+        skip = self._skip
+        if "forward" not in skip:
+            self.roots, undo = forward.install(torch, self._timer, self._on_error)
+            self._undo.append(undo)
+        if "dataloader" not in skip:
+            dl = importlib.import_module("torch.utils.data.dataloader")._BaseDataLoaderIter
+            self._patch(dl, "__next__", lambda f: self._timed(DATALOADER, f))
+        if "backward" not in skip:
+            done = self.comm.backward_done
+            self._patch(torch.Tensor, "backward", lambda f: self._timed(BACKWARD, f, after=done))
+            # Tensor.backward calls torch.autograd.backward: time that one only when called alone.
+            self._patch(
+                torch.autograd,
+                "backward",
+                lambda f: self._timed(BACKWARD, f, outer_only=True, after=done),
+            )
+        if "optimizer" not in skip:
+            self._install_optimizer(torch)
         if h2d:
             self.install_h2d(torch)
 
@@ -125,7 +134,7 @@ class Hooks:
 
     def install_h2d(self, torch: Any) -> None:
         """Time host-to-device copies started inside the step (`Tensor.to`, `Tensor.cuda`)."""
-        if getattr(torch.Tensor.to, "__traceml__", False):
+        if "h2d" in self._skip or getattr(torch.Tensor.to, "__traceml__", False):
             return
         timer = self._timer
 
@@ -163,6 +172,8 @@ class Hooks:
         A comm hook cannot be removed, so a user who registers one only after the first
         `trace_step` gets DDP's "can only be called once" error: register hooks before training.
         """
+        if "comm" in self._skip:
+            return
         try:
             link = attach_ddp(model, self.comm)
         except Exception as e:  # noqa: BLE001 - not measured, training goes on untouched

@@ -53,7 +53,7 @@ class Session:
         self.raw: deque[RawStep] = deque(maxlen=settings.buffer_steps)
         self.rss = HostRss()
         self.timer = StepTimer(self.raw, read_rss=self.rss.pages)
-        self.hooks = Hooks(self.timer, self._on_error)
+        self.hooks = Hooks(self.timer, self._on_error, settings.skip)
         self.exit: ExitKind = "ok"
         self.closed = False
         self.failed = False
