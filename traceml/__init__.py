@@ -16,10 +16,10 @@ from typing import TYPE_CHECKING, Any
 from traceml._version import __version__
 
 if TYPE_CHECKING:
-    from traceml.api import init, phase, shutdown, trace_step
+    from traceml.api import init, phase, show, shutdown, summary, trace_step
 
-__all__ = ["__version__", "init", "phase", "shutdown", "trace_step"]
-_API = {"init", "trace_step", "phase", "shutdown"}
+__all__ = ["__version__", "init", "phase", "show", "shutdown", "summary", "trace_step"]
+_API = {"init", "trace_step", "phase", "shutdown", "summary", "show"}
 
 
 def __getattr__(name: str) -> Any:

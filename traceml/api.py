@@ -24,6 +24,8 @@ if TYPE_CHECKING:
     from traceml.instrument.session import Session
 
 _session: Session | None = None
+_ended: Session | None = None
+"""The session `shutdown()` closed, so that `summary()` still answers afterwards."""
 _tried = False
 """True once init ran in this process (even with mode "off" or a failed start)."""
 _by_run = False
@@ -154,6 +156,9 @@ def _start(settings: Any) -> Session | None:
         session.hooks.remove()
         return None
     session.step_ctx = StepContext(session)
+    from traceml.notebook import watch_cells
+
+    watch_cells(session.timer.rest, lambda: not session.closed)
     return session
 
 
@@ -198,9 +203,47 @@ def phase(name: str) -> contextlib.AbstractContextManager[None]:
 def shutdown() -> Path | None:
     """Stop TraceML now: write the summary and close the live stream. Returns the summary path."""
     global _session
+    global _ended
     with _lock:
         s, _session = _session, None
+        _ended = s or _ended
     return s.shutdown() if s is not None else None
+
+
+def summary() -> dict[str, Any] | None:
+    """The run's summary so far: a dict shaped as final_summary.json, at any time.
+
+    While the run trains, `run.exit` is "running" and the numbers cover the steps the background
+    thread has folded (it folds every 20 ms); after shutdown it is the summary that was written.
+    In a multi-rank job each rank's live summary describes that rank alone. Safe from any thread:
+    it never waits for the training loop and the loop never waits for it.
+
+    Returns:
+        The summary, or None before `init` (or with mode "off").
+    """
+    s = _session or _ended
+    if s is None:
+        return None
+    from traceml.live_summary import session_summary
+
+    return session_summary(s)
+
+
+def show(summary_or_path: Mapping[str, Any] | str | os.PathLike[str] | None = None) -> None:
+    """Display a summary as the card: HTML in a Jupyter notebook, text on stdout elsewhere.
+
+    Args:
+        summary_or_path: A summary dict or a final_summary.json path; default this run's
+            `summary()`.
+    """
+    from traceml.notebook import show as show_card
+
+    if summary_or_path is None or isinstance(summary_or_path, Mapping):
+        show_card(summary_or_path if summary_or_path is not None else summary())
+        return
+    from traceml.analysis.summary import load_summary
+
+    show_card(load_summary(Path(summary_or_path)))
 
 
 def init_for_run(mode: str) -> None:

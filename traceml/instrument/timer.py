@@ -121,6 +121,16 @@ class StepTimer:
         if self._marks is None:
             self._marks = []
 
+    def rest(self) -> None:
+        """The loop paused between steps (a notebook between two cells): the next step starts at
+        its first event, so the pause counts in no step. Training thread only; no-op in a step."""
+        if self.inside or self._stack:
+            return
+        self._t = -1
+        self._acc = [0] * N_PHASES
+        if self._marks is not None:
+            self._marks = []
+
     def use_comm(self, take: Callable[[], int] | None) -> None:
         """From the next step end on, ask `take()` for the step's comm wait ns (None: stop)."""
         self._comm = take

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import html
 from collections.abc import Iterable, Sequence
-from typing import Literal
 
 from traceml.analysis.rules import mb, ms
 
@@ -65,13 +64,10 @@ def fmt_num(value: object) -> str:
     return str(value)
 
 
-Align = Literal["l", "r"]
-
-
 def table(
     headers: Sequence[str],
     rows: Iterable[Sequence[str]],
-    align: Sequence[Align] = (),
+    align: Sequence[str] = (),
     scroll: bool = False,
 ) -> str:
     """A table of already-escaped cells; `align` gives each column "l" or "r" (default "r")."""

@@ -1,0 +1,45 @@
+"""`traceml.summary()`: the summary of this process's run while it trains, or the one it wrote.
+
+Runs on whichever thread asks. The store is written by the tx thread only; the summary is built
+under the store's own (reentrant) lock, so every number comes from one instant of the run. The
+tx thread waits while it is built (a few ms); the training thread never does, since it only
+appends to a bounded buffer that the tx thread drains.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from traceml.instrument.session import Session
+
+
+def session_summary(session: Session) -> dict[str, Any] | None:
+    """The written final_summary.json once the session closed and wrote one; otherwise the
+    summary built now from the session's store (`run.exit` "running" while it is open)."""
+    if session.closed and session.summary_path is not None:
+        try:
+            loaded: dict[str, Any] = json.loads(session.summary_path.read_text(encoding="utf-8"))
+            return loaded
+        except (OSError, ValueError):
+            pass  # moved or removed since: the store still knows the run
+    worker, info = session.worker, session.info
+    if worker is None or info is None:
+        return None
+    from traceml.analysis.summary import build_summary
+
+    store = worker.p.store
+    with store._lock:  # one instant of the run; see the module docstring
+        return build_summary(
+            store,
+            run_id=info.run_id,
+            script=info.script,
+            argv=list(info.argv),
+            started=info.started,
+            duration_s=max(0.0, time.time() - info.started),
+            exit=session.exit if session.closed else "running",
+            device=info.device,
+            torch_version=info.torch_version,
+        )
