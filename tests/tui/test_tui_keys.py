@@ -12,6 +12,7 @@ from traceml_tui.widgets.cached_table import CachedDataTable
 from traceml_tui.widgets.diagnosis import DiagnosisPanel
 from traceml_tui.widgets.memory import MemoryPanel
 from traceml_tui.widgets.phase_bars import PhaseBars
+from traceml_tui.widgets.step_chart import StepChartPanel
 from traceml_tui.widgets.system import SystemPanel
 
 SIZE = (120, 40)
@@ -36,10 +37,17 @@ async def test_tab_moves_between_panels() -> None:
     async with app.run_test(size=SIZE) as pilot:
         await shown(app, pilot)
         seen = [type(app.focused)]
-        for _ in range(5):
+        for _ in range(6):
             await pilot.press("tab")
             seen.append(type(app.focused))
-        panels = [DiagnosisPanel, PhaseBars, CachedDataTable, MemoryPanel, SystemPanel]
+        panels = [
+            DiagnosisPanel,
+            PhaseBars,
+            StepChartPanel,
+            MemoryPanel,
+            CachedDataTable,
+            SystemPanel,
+        ]
         assert seen == [*panels, DiagnosisPanel]
         await pilot.press("shift+tab")
         assert type(app.focused) is SystemPanel
@@ -59,7 +67,7 @@ async def test_r_focuses_a_rank_in_memory_and_system() -> None:
         assert app.main.memory.border_title == "Memory · rank 2"
         assert app.main.system.border_title == "System · rank 2"
         await pilot.press("r", "enter")
-        assert app.main.memory.border_title == "Memory · rank 0", "empty input: automatic"
+        assert app.main.memory.border_title == "Memory · rank 3", "empty input: the worst rank"
 
 
 async def test_enter_on_a_table_row_focuses_that_rank() -> None:

@@ -6,7 +6,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from textual.coordinate import Coordinate
-from textual.widgets import DataTable, Sparkline, Static
+from textual.widgets import DataTable, Static
 
 from tests.tui.fixtures import T0, CannedRun, CannedSource, fill, snapshot_of, summary_of, until
 from traceml.errors import TransportError
@@ -16,9 +16,10 @@ from traceml_tui.screens.main import MainScreen
 from traceml_tui.summary_snapshot import from_summary
 from traceml_tui.widgets.diagnosis import DiagnosisPanel
 from traceml_tui.widgets.header import RunHeader
-from traceml_tui.widgets.memory import MemoryPanel
+from traceml_tui.widgets.memory import CHART_POINTS, MemoryPanel
 from traceml_tui.widgets.phase_bars import PhaseBars
 from traceml_tui.widgets.rank_table import RankTable
+from traceml_tui.widgets.step_chart import StepChartPanel
 from traceml_tui.widgets.system import SystemPanel
 
 SIZE = (120, 40)
@@ -60,12 +61,17 @@ async def test_every_panel_shows_the_canned_run() -> None:
         assert table.table.row_count == 4
         assert table.order[0] == 3, "the input straggler is listed first"
         memory = screen.query_one(MemoryPanel)
-        assert memory.border_title == "Memory · rank 0"
-        assert "device allocated" in text(memory.query_one(".label.device", Static))
-        assert len(memory.query_one("Sparkline.device", Sparkline).data or []) == 100
+        assert memory.border_title == "Memory · rank 3", "the worst rank by default"
+        assert "device" in text(memory.query_one(".label.device", Static))
+        series = memory.chart.data
+        assert series is not None and series.name == "device allocated"
+        assert len(series.points) == CHART_POINTS, "100 steps bucketed to the chart's points"
+        chart = screen.query_one(StepChartPanel)
+        assert chart.chart.data is not None and chart.chart.data.steps == 100
+        assert chart.border_title == "Step time over the last 100 steps · rank 3"
         system = text(screen.query_one(SystemPanel))
-        assert "CPU  process 98 % · host 41 %" in system
-        assert "GPU  util 54 %" in system and "power 310 W" in system and "67 °C" in system
+        assert "CPU  process 101 % · host 41 %" in system, "rank 3's sample"
+        assert "GPU  util 51 %" in system and "power 295 W" in system and "70 °C" in system
 
 
 async def test_waiting_is_said_in_words_before_any_data() -> None:
@@ -116,8 +122,8 @@ async def test_a_live_feed_shows_dead_stalled_and_finished_ranks() -> None:
 
 async def test_an_old_system_sample_is_marked_stale() -> None:
     snap = snapshot_of()
-    old = SystemSample(rank=0, t=snap.taken_at - 30, process_cpu_pct=50.0)
-    app = TraceMLApp(None, source=replace(snap, system={0: old}))
+    old = SystemSample(rank=3, t=snap.taken_at - 30, process_cpu_pct=50.0)
+    app = TraceMLApp(None, source=replace(snap, system={3: old}))
     async with app.run_test(size=SIZE) as pilot:
         await until(pilot, lambda: main(app).shown is not None)
         system = main(app).query_one(SystemPanel)
@@ -132,8 +138,9 @@ async def test_a_cpu_run_says_it_has_no_device_memory() -> None:
         await until(pilot, lambda: main(app).shown is not None)
         memory = main(app).query_one(MemoryPanel)
         assert "No device memory (CPU run)" in text(memory.query_one(".note", Static))
-        assert not memory.query_one("Sparkline.device").display
-        assert memory.query_one("Sparkline.host").display
+        assert not memory.query_one(".label.device").display
+        assert memory.query_one(".label.host").display
+        assert memory.chart.data is not None and memory.chart.data.name == "host RSS"
         assert "1 rank on 1 host" in text(main(app).query_one(RunHeader))
 
 

@@ -98,6 +98,8 @@ class TraceMLApp(App[int]):
                 source,
                 lambda snap: screen.post_message(SnapshotReady(snap)),
                 draw_s=lambda: screen.draw_s,
+                focus=lambda: screen.focus_rank,
+                known_steps=getattr(source, "known_steps", None),
             )
             feed.run(lambda: worker.is_cancelled)
         except TraceMLError as err:

@@ -64,6 +64,9 @@ class Feed:
         thresholds: Live window and diagnosis thresholds.
         draw_s: CPU seconds the display spent per snapshot lately (called from this thread;
             must be thread-safe); None = drawing is free.
+        focus: The rank the user looks at (called from this thread; must be thread-safe); its
+            recent steps ride along in each snapshot for the charts. None = the worst rank only.
+        known_steps: Steps the run's files announced before its history arrived; None = unknown.
     """
 
     def __init__(
@@ -76,6 +79,8 @@ class Feed:
         timer: Callable[[], float] = time.perf_counter,
         thresholds: Thresholds = DEFAULT_THRESHOLDS,
         draw_s: Callable[[], float] | None = None,
+        focus: Callable[[], int | None] | None = None,
+        known_steps: int | None = None,
     ) -> None:
         self.source = source
         self.post = post
@@ -84,6 +89,8 @@ class Feed:
         self.timer = timer
         self.thresholds = thresholds
         self.draw_s = draw_s
+        self.focus = focus
+        self.known_steps = known_steps
         self.last_data_at: float | None = None
         self._posted_at: float | None = None
         self._dirty = True
@@ -117,7 +124,12 @@ class Feed:
         self._posted_at, self._dirty = now, False
         started = self.timer()
         snap = from_store(
-            self.store, now=now, last_data_at=self.last_data_at, thresholds=self.thresholds
+            self.store,
+            now=now,
+            last_data_at=self.last_data_at,
+            thresholds=self.thresholds,
+            focus=self.focus() if self.focus is not None else None,
+            known_steps=self.known_steps,
         )
         self._build_s = self.timer() - started
         return snap

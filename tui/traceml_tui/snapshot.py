@@ -8,6 +8,8 @@ mutates a snapshot after it is built, or imports torch.
 from __future__ import annotations
 
 import bisect
+import dataclasses
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -23,9 +25,12 @@ if TYPE_CHECKING:
     from traceml.analysis.diagnose import Diagnosis
     from traceml.analysis.store import RunStore
     from traceml.analysis.view import RankWindow, RunView
-    from traceml.records import SystemSample
+    from traceml.records import StepRecord, SystemSample
 
 SnapshotSource = Literal["live", "summary"]
+RECENT_STEPS = 100
+"""Steps of the charted ranks a snapshot carries for the "last 100 steps" charts."""
+STATE_ORDER = {"dead": 0, "stalled": 1, "live": 2, "finished": 3}
 STALE_AFTER_S = 5.0
 """A live run that sent nothing at all (not even a heartbeat) for this long is called stale."""
 
@@ -93,6 +98,20 @@ class Snapshot:
     """Exit status of the script started by `traceml run`; None while it runs or when attached."""
     restarts: int = 0
     """torchelastic restarts so far (the newest incarnation among the ranks); 0 = none."""
+    recent: Mapping[int, tuple[StepRecord, ...]] = field(default_factory=_empty)
+    """Rank -> its last RECENT_STEPS step records, for the worst and the focused rank only (the
+    charts' "last 100 steps"); absent = not carried."""
+    known_steps: int | None = None
+    """Steps the run files say the run has made, before its history arrived; None = unknown."""
+
+    @property
+    def worst(self) -> int | None:
+        """The rank the ranks table lists first (dead, stalled, then most behind); None when the
+        run has no rank yet. The memory, system and chart panels show it by default."""
+        ranks = self.view.ranks
+        if not ranks:
+            return None
+        return min(ranks, key=lambda r: worst_first(r, self.lags.get(r.rank))).rank
 
     def rank(self, rank: int) -> RankWindow | None:
         """The window of `rank`, or None when the run has no such rank."""
@@ -101,12 +120,20 @@ class Snapshot:
         return ranks[i] if i < len(ranks) and ranks[i].rank == rank else None
 
 
+def worst_first(rank: RankWindow, lag: float | None) -> tuple[int, float, float, int]:
+    """Sort key: dead, then stalled, then the most lagging (slowest when lag is unknown)."""
+    slow = -(rank.median_ms or 0.0)
+    return (STATE_ORDER.get(rank.state, 2), -lag if lag is not None else math.inf, slow, rank.rank)
+
+
 def from_store(
     store: RunStore,
     *,
     now: float,
     last_data_at: float | None,
     thresholds: Thresholds = DEFAULT_THRESHOLDS,
+    focus: int | None = None,
+    known_steps: int | None = None,
 ) -> Snapshot:
     """Build a live Snapshot from the feed's store (call it from the feed thread only).
 
@@ -115,13 +142,15 @@ def from_store(
         now: Epoch seconds, stamped as `taken_at`.
         last_data_at: When the feed last received anything from the run.
         thresholds: Live window and diagnosis thresholds.
+        focus: The rank the user chose to look at; its recent steps are carried too.
+        known_steps: Steps the run files announce (shown while the history is on its way).
     """
     view = store.live_view()
     numbers = [r.rank for r in view.ranks]
     system = {r: s for r in numbers if (s := store.last_system(r)) is not None}
     known = [i for r in numbers if (i := store.info(r)) is not None]
     infos = [i for i in known if i.started > 0]
-    return Snapshot(
+    snap = Snapshot(
         view=view,
         diagnosis=diagnose(view, thresholds),
         phases=PhaseSplit.of_view(view),
@@ -131,7 +160,11 @@ def from_store(
         started=min((i.started for i in infos), default=None),
         last_data_at=last_data_at,
         restarts=max((i.incarnation for i in known), default=0),
+        known_steps=known_steps,
     )
+    charted = {r for r in (snap.worst, focus) if r is not None and r in store.ranks()}
+    recent = {r: tuple(store.recent(r, RECENT_STEPS)) for r in charted}
+    return dataclasses.replace(snap, recent=MappingProxyType(recent))
 
 
 @dataclass(frozen=True, slots=True)

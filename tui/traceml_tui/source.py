@@ -51,6 +51,13 @@ class SubscriberSource:
         self._next_read = 0.0
         """time.monotonic() before which the sockets are not read again."""
 
+    @property
+    def known_steps(self) -> int | None:
+        """Steps the run files say the run has made (the feed shows it until the history
+        arrives); None before the first step."""
+        last = self.run.last_step
+        return None if last is None else last + 1
+
     def open(self) -> None:
         from traceml.transport.subscribe.subscriber import Subscriber
 

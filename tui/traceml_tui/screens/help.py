@@ -14,15 +14,22 @@ KEYS: tuple[tuple[str, str], ...] = (
     ("q", "quit; the job runs on (`traceml run` asks first)"),
     ("?", "this help"),
     ("tab, shift+tab", "move between panels"),
-    ("r", "show one rank in Memory and System (or Enter on a row)"),
+    (
+        "r",
+        "chart one rank in Memory, System and the step chart (or Enter on a row);"
+        " default: the worst rank",
+    ),
+    ("t", "charts: the last 100 steps, or the whole run"),
     ("p", "pause the display (data keeps arriving)"),
     ("ctrl+c", "`traceml run`: Ctrl-C to the script; else quit"),
 )
 PANELS: tuple[tuple[str, str], ...] = (
     ("Diagnosis", "the main finding, its numbers, what to do next"),
     ("Step time", "where the median rank's step goes: % and ms"),
-    ("Ranks", "every rank, worst first: step ms, lag, phase split"),
-    ("Memory", "device and host memory of one rank over the steps"),
+    ("Step chart", "one rank's step time over time, phases stacked (ms)"),
+    ("Ranks", "every rank, worst first: step ms, phase split, and lag:"),
+    ("", "how far it is behind the median rank, in % of a step"),
+    ("Memory", "device (or host) memory of one rank over time, in MB"),
     ("System", "CPU, host memory, GPU util, power, temperature"),
 )
 LABEL = 16

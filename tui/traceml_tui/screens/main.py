@@ -13,10 +13,11 @@ from typing import ClassVar
 
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
-from textual.containers import Container, Vertical
+from textual.containers import Container
 from textual.screen import Screen
 from textual.widgets import Footer
 
+from traceml_tui.chart_data import ChartScope
 from traceml_tui.messages import ChildExited, FeedFailed, SnapshotReady
 from traceml_tui.screens.focus_rank import FocusRank
 from traceml_tui.screens.help import HelpScreen
@@ -27,6 +28,7 @@ from traceml_tui.widgets.log_panel import LogPanel
 from traceml_tui.widgets.memory import MemoryPanel
 from traceml_tui.widgets.phase_bars import PhaseBars
 from traceml_tui.widgets.rank_table import RankTable
+from traceml_tui.widgets.step_chart import StepChartPanel
 from traceml_tui.widgets.system import SystemPanel
 
 
@@ -41,6 +43,7 @@ class MainScreen(Screen[None]):
         Binding("question_mark", "help", "Help", key_display="?"),
         Binding("r", "focus_rank", "Rank"),
         Binding("p", "toggle_pause", "Pause"),
+        Binding("t", "toggle_scope", "Run/recent"),
     ]
 
     def __init__(self, log_path: Path | None = None) -> None:
@@ -52,7 +55,10 @@ class MainScreen(Screen[None]):
         """The snapshot the panels show now."""
         self.paused = False
         self.focus_rank: int | None = None
-        """The rank chosen with `r` or Enter; None = automatic (the lowest rank)."""
+        """The rank chosen with `r` or Enter; None = automatic (the worst rank)."""
+        self.scope: ChartScope | None = None
+        """What the charts span, chosen with `t`; None = automatic (the last 100 steps live,
+        the whole run for a finished run's summary)."""
         self.child_exit: int | None = None
         self.draw_s = 0.0
         """CPU seconds the UI thread spent between the last two snapshots it drew (drawing one
@@ -66,16 +72,17 @@ class MainScreen(Screen[None]):
         self.ranks = RankTable()
         self.memory = MemoryPanel()
         self.system = SystemPanel()
+        self.chart = StepChartPanel()
 
     def compose(self) -> ComposeResult:
         yield self.header
         with Container(id="body"):
             yield self.diagnosis
             yield self.phases
+            yield self.chart
+            yield self.memory
             yield self.ranks
-            with Vertical(classes="side"):
-                yield self.memory
-                yield self.system
+            yield self.system
         if self.log_path is not None:
             yield LogPanel(self.log_path)
         yield Footer()
@@ -94,6 +101,8 @@ class MainScreen(Screen[None]):
 
     def on_child_exited(self, message: ChildExited) -> None:
         self.child_exit = message.status
+        for log in self.query(LogPanel):
+            log.add_class("-done")
         if self.latest is not None:
             self.show(self.latest)
         self.notify(f"The script finished (exit {message.status}); press q to quit.")
@@ -112,14 +121,28 @@ class MainScreen(Screen[None]):
     def _show_focused(self) -> None:
         if self.shown is None:
             return
-        rank = self._rank(self.shown)
-        self.memory.show(self.shown, rank)
-        self.system.show(self.shown, rank)
+        snap = self.shown
+        rank, scope = self._rank(snap), self.chart_scope(snap)
+        self.chart.show(snap, rank, scope)
+        self.memory.show(snap, rank, scope)
+        self.system.show(snap, rank)
 
     def _rank(self, snap: Snapshot) -> int | None:
         if self.focus_rank is not None and snap.rank(self.focus_rank) is not None:
             return self.focus_rank
-        return snap.view.ranks[0].rank if snap.view.ranks else None
+        return snap.worst
+
+    def chart_scope(self, snap: Snapshot) -> ChartScope:
+        """The scope chosen with `t`, else the last steps live and the whole run for a summary."""
+        if self.scope is not None:
+            return self.scope
+        return "run" if snap.source == "summary" else "recent"
+
+    def action_toggle_scope(self) -> None:
+        """`t`: the charts switch between the last 100 steps and the whole run."""
+        current = self.chart_scope(self.shown) if self.shown is not None else "recent"
+        self.scope = "run" if current == "recent" else "recent"
+        self._show_focused()
 
     def action_help(self) -> None:
         self.app.push_screen(HelpScreen())

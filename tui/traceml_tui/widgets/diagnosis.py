@@ -38,13 +38,15 @@ def _primary(finding: Finding) -> list[Content]:
     return [head, Content(finding.summary), action]
 
 
-def _other(finding: Finding) -> Content:
-    return Content.assemble(
+def _other(finding: Finding) -> list[Content]:
+    """A finding below the primary one: its summary, then its action, as on the card."""
+    head = Content.assemble(
         ("• ", SEVERITY_STYLE[finding.severity]),
         (f"{finding.kind} ", "bold"),
         (f"({finding.severity}) ", "$text-muted"),
         finding.summary,
     )
+    return [head, Content.assemble(("  → ", "bold $primary"), finding.action)]
 
 
 def diagnosis_content(snap: Snapshot | None) -> Content:
@@ -60,7 +62,7 @@ def diagnosis_content(snap: Snapshot | None) -> Content:
     lines = _primary(primary)
     if others:
         lines.append(Content.styled("Other findings", "bold"))
-        lines += [_other(f) for f in others[:MAX_OTHERS]]
+        lines += [line for f in others[:MAX_OTHERS] for line in _other(f)]
     if len(others) > MAX_OTHERS:
         lines.append(Content.styled(f"… {len(others) - MAX_OTHERS} more", "$text-muted"))
     return Content("\n").join(lines)

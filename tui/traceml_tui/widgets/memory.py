@@ -1,26 +1,44 @@
-"""Memory over steps for the focused rank: device allocated and host RSS, each as a sparkline.
+"""Memory of the focused rank: device allocated and host RSS in words, and a chart over steps.
 
-Fed by `show(snapshot, rank)` from the screen; the series come from the snapshot's RunView (the
-live window), never from the store. Without CUDA, and for a summary (which keeps no series), the
-panel says so in words.
+Fed by `show(snapshot, rank, scope)` from the screen; the numbers come from the snapshot's
+RunView and the chart's points from `chart_data` (the last steps, or the whole run's timeline),
+never from the store. The chart shows device memory when the rank has it, else host RSS, on a
+y-range that never makes a small wobble look like growth. Without CUDA the panel says so.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from textual.app import ComposeResult
 from textual.containers import Vertical
-from textual.widgets import Sparkline, Static
+from textual.widgets import Static
 
 from traceml.analysis.view import RankWindow, Series
+from traceml_tui.chart_data import SCOPE_WORDS, ChartData, ChartScope, chart_data, memory_range
 from traceml_tui.format import mb
 from traceml_tui.snapshot import Snapshot, no_steps_text
+from traceml_tui.widgets.chart import Chart
 
+if TYPE_CHECKING:
+    from textual_plotext.plot import Plot
+
+CHART_POINTS = 48
+"""Most points of the memory chart (a narrow panel: about one per cell)."""
 FLAT_FRACTION = 0.01
 """A series that moves less than this share of its top is drawn flat: a sparkline stretches any
 range to its full height, which would make noise look like growth."""
+
+
+@dataclass(frozen=True, slots=True)
+class MemorySeries:
+    """One memory line to chart: its name, theme colour and (step, MB) points."""
+
+    name: str
+    style: str
+    points: tuple[tuple[float, float], ...]
 
 
 def is_flat(values: list[float]) -> bool:
@@ -49,8 +67,18 @@ def _summary_note(summary: Mapping[str, Any]) -> str:
     )
 
 
+class MemoryChart(Chart[MemorySeries]):
+    """One memory series in MB over steps; its y-range never stretches a wobble to full height."""
+
+    def draw(self, plt: Plot, data: MemorySeries) -> None:
+        xs = [x for x, _ in data.points]
+        ys = [y for _, y in data.points]
+        plt.plot(xs, ys, marker="braille", color=self.rgb(data.style))
+        self.axes(plt, xs, memory_range(ys), mb)
+
+
 class MemoryPanel(Vertical, can_focus=True):
-    """How the focused rank's memory moved over the last steps."""
+    """How the focused rank's memory moved, over the last steps or the whole run."""
 
     BORDER_TITLE = "Memory"
 
@@ -58,26 +86,31 @@ class MemoryPanel(Vertical, can_focus=True):
         super().__init__()
         self.note = Static("Waiting for the run…", classes="note")
         self.labels = {css: Static("", classes=f"label {css}") for css in ("device", "host")}
-        self.sparks = {css: Sparkline([], classes=css) for css in ("device", "host")}
+        self.chart = MemoryChart(classes="chart")
+        self.scope: ChartScope = "recent"
 
     def compose(self) -> ComposeResult:
         yield self.note
         for css in ("device", "host"):
             yield self.labels[css]
-            yield self.sparks[css]
+        yield self.chart
 
-    def show(self, snap: Snapshot, rank: int | None) -> None:
-        """Draw `rank`'s series from `snap` (rank None: the run has no ranks yet)."""
+    def show(self, snap: Snapshot, rank: int | None, scope: ChartScope = "recent") -> None:
+        """Draw `rank`'s memory from `snap` over `scope` (rank None: the run has no ranks yet)."""
+        changed, self.scope = scope != self.scope, scope
         self.border_title = "Memory" if rank is None else f"Memory · rank {rank}"
         window = snap.rank(rank) if rank is not None else None
         note = self._note(snap, window)
         self.note.update(note)
         self.note.display = bool(note)
         self.set_class(window is None or window.steps == 0, "-waiting")
-        self._series(
-            "device", "device allocated", window, window.device_allocated if window else ()
-        )
-        self._series("host", "host RSS", window, window.host_rss if window else ())
+        self._label("device", "device", window, window.device_allocated if window else ())
+        self._label("host", "host RSS", window, window.host_rss if window else ())
+        data = chart_data(snap, rank, scope, CHART_POINTS) if rank is not None else None
+        series = memory_series(data) if data is not None else None
+        self.border_subtitle = "" if series is None else f"{series.name} · {SCOPE_WORDS[scope]}"
+        self.chart.display = series is not None
+        self.chart.show(series, now=changed)
 
     def _note(self, snap: Snapshot, window: RankWindow | None) -> str:
         if snap.summary is not None:
@@ -88,12 +121,22 @@ class MemoryPanel(Vertical, can_focus=True):
             return "No device memory (CPU run): host RSS only."
         return ""
 
-    def _series(self, css: str, name: str, window: RankWindow | None, series: Series) -> None:
-        label, spark = self.labels[css], self.sparks[css]
-        present = bool(series) and window is not None
-        label.display = spark.display = present
-        if present and window is not None:
+    def _label(self, css: str, name: str, window: RankWindow | None, series: Series) -> None:
+        label = self.labels[css]
+        label.display = bool(series) and window is not None
+        if series and window is not None:
             peak = window.device_peak_allocated_mb if css == "device" else window.host_rss_peak_mb
-            values = [v for _, v in series]
             label.update(series_label(name, series, peak))
-            spark.data = [0.0] * len(values) if is_flat(values) else values
+
+
+def data_scope(data: ChartData | None) -> str:
+    return "" if data is None else data.describe()
+
+
+def memory_series(data: ChartData) -> MemorySeries | None:
+    """Device allocated when the rank has it, else host RSS; None when neither was read."""
+    device = [(p.step, p.device_mb) for p in data.points if p.device_mb is not None]
+    if device:
+        return MemorySeries("device allocated", "$primary", tuple(device))
+    host = [(p.step, p.host_rss_mb) for p in data.points if p.host_rss_mb is not None]
+    return MemorySeries("host RSS", "$success", tuple(host)) if host else None

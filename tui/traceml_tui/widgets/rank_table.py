@@ -8,7 +8,6 @@ snapshots the screen hands it.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -21,7 +20,7 @@ from textual.widgets import DataTable, Static
 from traceml.analysis.view import RankWindow
 from traceml.records import PHASES
 from traceml_tui.format import ms, opt_pct, signed_pct
-from traceml_tui.snapshot import Snapshot
+from traceml_tui.snapshot import Snapshot, worst_first
 from traceml_tui.widgets.cached_table import CachedDataTable
 
 PHASE_HEADS = {
@@ -44,8 +43,6 @@ COLUMNS: tuple[tuple[str, str, int], ...] = (
 )
 """(column key, label, width); the cell tuples below follow this order. Fixed widths: measuring
 cells to size columns costs O(ranks) per changed cell, which 1,000 ranks cannot afford."""
-STATE_ORDER = {"dead": 0, "stalled": 1, "live": 2, "finished": 3}
-
 Cells = tuple[str, ...]
 
 
@@ -57,16 +54,10 @@ def row_cells(rank: RankWindow, lag: float | None) -> Cells:
     return (str(rank.rank), rank.state, step, signed_pct(lag), *phases, str(rank.total_steps), host)
 
 
-def worst_first(rank: RankWindow, lag: float | None) -> tuple[int, float, float, int]:
-    """Sort key: dead, then stalled, then the most lagging (slowest when lag is unknown)."""
-    slow = -(rank.median_ms or 0.0)
-    return (STATE_ORDER.get(rank.state, 2), -lag if lag is not None else math.inf, slow, rank.rank)
-
-
 class RankTable(Vertical):
     """Every rank, worst first; Enter on a row focuses that rank in the memory and system panels."""
 
-    BORDER_TITLE = "Ranks (worst first)"
+    BORDER_TITLE = "Ranks (worst first; lag = how far behind the median rank, % of a step)"
     COMPONENT_CLASSES: ClassVar[set[str]] = {
         "rank-table--dead",
         "rank-table--stalled",
