@@ -32,7 +32,8 @@ PHASES: tuple[Phase, ...] = (
 Clock = Literal["host", "cuda"]
 Severity = Literal["info", "warning", "critical"]
 Section = Literal["step_time", "step_memory", "ranks"]
-ExitKind = Literal["ok", "error", "signal", "running"]
+ExitKind = Literal["ok", "error", "signal", "running", "killed"]
+"""killed: the process died of SIGKILL (out of memory?); only a launcher or collector says it."""
 
 SEVERITY_ORDER: dict[str, int] = {"info": 0, "warning": 1, "critical": 2}
 
@@ -271,16 +272,26 @@ class RankEnd:
     steps: int
     t: float
     """Epoch seconds at which the rank shut TraceML down."""
+    error: tuple[str, str] | None = None
+    """(type name, message) of the exception that ended the script; None otherwise. A 6th
+    wire field, left out when None: older readers ignore it."""
 
     def to_wire(self) -> list[Any]:
-        return [WIRE_VERSION, self.rank, self.exit, self.steps, self.t]
+        wire: list[Any] = [WIRE_VERSION, self.rank, self.exit, self.steps, self.t]
+        if self.error is not None:
+            wire.append(list(self.error))
+        return wire
 
     @classmethod
     def from_wire(cls, wire: Any) -> RankEnd:
         w = _fields(wire, "rank end", 5)
-        if w[2] not in ("ok", "error", "signal", "running"):
+        if w[2] not in ("ok", "error", "signal", "running", "killed"):
             raise SchemaError(f"rank end: unknown exit {w[2]!r}")
-        return cls(_int(w[1]), w[2], _int(w[3]), _opt_float(w[4]) or 0.0)
+        error = w[5] if len(w) > 5 else None
+        if error is not None and (not isinstance(error, (list, tuple)) or len(error) != 2):
+            raise SchemaError("rank end: error must be [type, message]")
+        pair = None if error is None else (_str(error[0]), _str(error[1]))
+        return cls(_int(w[1]), w[2], _int(w[3]), _opt_float(w[4]) or 0.0, pair)
 
 
 @dataclass(frozen=True, slots=True)

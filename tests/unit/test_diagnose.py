@@ -23,6 +23,7 @@ def rank(r: int = 0, steps: int = 100, **shares: float | None) -> RankWindow:
         mean_ms=100.0,
         phase_ms=tuple(None if s is None else 100.0 * s for s in share),
         phase_share=share,
+        host_rss_peak_mb=100.0,
     )
 
 

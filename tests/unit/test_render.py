@@ -34,7 +34,7 @@ def summary_of(store: RunStore) -> dict[str, Any]:
 def test_card_puts_the_diagnosis_first() -> None:
     card = render_card(summary_of(store_of())).splitlines()
     assert card[0] == "TraceML  train.py  run run-x"
-    assert card[1] == "exit ok · 1m 23s · 100 steps · 1 rank on 1 host · cpu · torch n/a"
+    assert card[1] == "finished (ok) · 1m 23s · 100 steps · 1 rank on 1 host · cpu · torch n/a"
     assert card[3] == "CRITICAL  INPUT_BOUND"
     assert card[4] == "  dataloader 30 % of step time (30.0 ms of a 100 ms mean step)"
     assert card[5].startswith("  Next: Raise DataLoader num_workers")

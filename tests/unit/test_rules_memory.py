@@ -193,13 +193,18 @@ def test_memory_rules_skip_when_nothing_measured(rule: object) -> None:
             "device peak reserved 2.0 GB",
         ),
         (rank(host_rss_peak_mb=300.0), "host RSS peak 300 MB"),
-        (rank(), "no memory measured"),
     ],
 )
 def test_balanced_memory_says_what_was_measured(r: RankWindow, text: str) -> None:
     finding = rules_memory.balanced_memory(view(r), TH)
     assert finding.kind == "BALANCED"
     assert finding.summary.startswith(text)
+
+
+def test_nothing_measured_is_not_called_balanced() -> None:
+    finding = rules_memory.balanced_memory(view(rank()), TH)
+    assert finding.kind == "NOT_MEASURED"
+    assert finding.summary.startswith("memory not measured")
 
 
 def test_memory_growth_reports_slope() -> None:

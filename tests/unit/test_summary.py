@@ -86,6 +86,7 @@ def test_cpu_summary_shape_and_nulls() -> None:
         "ranks",
         "system",
         "findings",
+        "timeline",
     ]
     assert s["schema"] == SUMMARY_SCHEMA
     assert s["run"]["started"] == "2023-11-14T22:13:20+00:00"
@@ -139,9 +140,14 @@ def test_three_step_run_still_has_numbers() -> None:
 
 
 @pytest.mark.parametrize("steps", [100, 30_000])
-def test_summary_stays_small(steps: int) -> None:
-    text = json.dumps(build(cpu_store(steps=steps)))
-    assert len(text) < 6_000
+def test_summary_stays_small(steps: int, tmp_path: Path) -> None:
+    summary = build(cpu_store(steps=steps))
+    assert len(json.dumps(summary)) < 10_000
+    assert len(summary["timeline"]["steps"]) <= 64
+    assert sum(summary["timeline"]["steps"]) == steps
+    path = write_summary(summary, tmp_path / "s.json")
+    assert path.stat().st_size < 12_000  # the timeline's columns are one line each
+    assert load_summary(path) == summary
 
 
 @pytest.mark.parametrize(
@@ -287,7 +293,19 @@ def test_without_jsonschema_sections_are_still_checked(monkeypatch: pytest.Monke
 def test_shipped_schema_is_draft_2020_12() -> None:
     schema = load_schema()
     assert schema["$schema"] == "https://json-schema.org/draft/2020-12/schema"
-    assert schema["properties"]["schema"]["const"] == SUMMARY_SCHEMA
+    assert SUMMARY_SCHEMA in schema["properties"]["schema"]["enum"]
+
+
+def test_a_version_1_summary_still_loads(tmp_path: Path) -> None:
+    old = valid()
+    old["schema"] = "traceml.summary/1"
+    del old["timeline"]
+    for key in ("phases_over", "spike_steps", "max_ms", "slowest"):
+        del old["step_time"][key]
+    del old["run"]["error"]
+    path = tmp_path / "old.json"
+    path.write_text(json.dumps(old))
+    assert load_summary(path)["schema"] == "traceml.summary/1"
 
 
 def test_a_restarted_job_says_which_incarnation_it_describes() -> None:

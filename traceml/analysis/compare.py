@@ -79,8 +79,8 @@ class PhaseChange:
 
     phase: Phase
     ms: Change
-    """Time per step: share x median step time, so the phase deltas add up to the change of the
-    median step; None where the phase was not measured."""
+    """Mean time per step: share x mean (typical) step time, so the phase ms add up to the mean
+    step and their deltas to its change; None where the phase was not measured."""
     share_pct: Change
     """Share of step time in percent; the delta is in percentage points."""
     step_fraction: float | None
@@ -143,6 +143,8 @@ class Comparison:
     """One line that explains the verdict ("step +18 %: dataloader +12.0 ms")."""
     step_median_ms: Change
     step_p95_ms: Change
+    step_mean_ms: Change
+    """Mean step time of the typical steps: the base the phase ms add up to."""
     throughput: Change
     """Steps per second, 1000 / median step ms."""
     phases: tuple[PhaseChange, ...]
@@ -191,8 +193,10 @@ def _run_info(summary: Mapping[str, Any], label: str) -> RunInfo:
 
 
 def _step_ms(step: Mapping[str, Any]) -> float | None:
-    """The step time phases are attributed from: the median, so phase deltas add up to it."""
-    return _num(step.get("median_ms"))
+    """The step time phases are attributed from: the mean (typical) step, as `show` and the live
+    view do, so phase ms add up to it; the median where a summary has no mean."""
+    mean = _num(step.get("mean_ms"))
+    return mean if mean is not None else _num(step.get("median_ms"))
 
 
 def _phase_ms(step: Mapping[str, Any], phase: Phase) -> float | None:
@@ -427,6 +431,7 @@ def compare(
         reason=_reason(signals, verdict),
         step_median_ms=step,
         step_p95_ms=_change(sa, sb, "p95_ms"),
+        step_mean_ms=Change(_step_ms(sa), _step_ms(sb)),
         throughput=_throughput(step),
         phases=phases,
         memory=memory,

@@ -16,7 +16,8 @@ and each comparison (`comparison_to_json`):
     {"verdict": "REGRESSION" | "IMPROVEMENT" | "EQUIVALENT" | "MIXED",
      "reason": "step +18 %: dataloader +12.0 ms",
      "baseline": run, "candidate": run,
-     "step_time": {"median_ms": change, "p95_ms": change, "throughput_steps_per_s": change},
+     "step_time": {"median_ms": change, "p95_ms": change, "mean_ms": change,
+                   "throughput_steps_per_s": change},
      "phases": {"dataloader": {"ms": change, "share_pct": change, "step_fraction_pct": x}, ...},
      "memory": {"basis": "device" | "host" | null, "peak_mb": change,
                 "device_peak_allocated_mb": change, "device_peak_reserved_mb": change,
@@ -27,8 +28,9 @@ and each comparison (`comparison_to_json`):
 where a change is {"baseline": x, "candidate": y, "delta": y - x, "change_pct": 100 * delta / x}
 (any of them null when not measured) and a run is {"label", "run_id", "script", "device",
 "world_size", "steps", "exit", "primary", "severity", "step_diagnosis", "memory_diagnosis"}.
-Phase ms are share x median step time (so their deltas add up to the median's change); share_pct
-deltas are percentage points.
+Phase ms are mean ms per typical step (share x the mean step, as in `traceml show` and the live
+view), so they add up to `step_time.mean_ms` and their deltas to its change; share_pct deltas are
+percentage points.
 """
 
 from __future__ import annotations
@@ -105,6 +107,7 @@ def comparison_to_json(c: Comparison) -> dict[str, Any]:
         "step_time": {
             "median_ms": change_to_json(c.step_median_ms),
             "p95_ms": change_to_json(c.step_p95_ms),
+            "mean_ms": change_to_json(c.step_mean_ms),
             "throughput_steps_per_s": change_to_json(c.throughput),
         },
         "phases": {p.phase: _phase_json(p) for p in c.phases},
@@ -197,8 +200,13 @@ def _phase_row(p: PhaseChange) -> str:
 
 
 def _phase_lines(c: Comparison) -> list[str]:
-    head = f"  {'phase':<12}{'baseline':>17}   {'candidate':>17}   {'change':>20}"
-    return [head, *(_phase_row(p) for p in c.phases)]
+    head = f"  {'phase (mean)':<12}{'baseline':>17}   {'candidate':>17}   {'change':>20}"
+    mean = c.step_mean_ms
+    total = (
+        f"  {'= mean step':<12}{ms(mean.baseline):>9}{'':>8}   {ms(mean.candidate):>9}{'':>8}"
+        f"   {signed_ms(mean.delta):>10}"
+    )
+    return [head, *(_phase_row(p) for p in c.phases), total]
 
 
 def _memory_lines(c: Comparison) -> list[str]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from traceml.analysis import rules_memory, rules_ranks, rules_step
+from traceml.analysis import rules_memory, rules_ranks, rules_spikes, rules_step, rules_timeline
 from traceml.config import DEFAULT_THRESHOLDS, Thresholds
 from traceml.records import SEVERITY_ORDER, Finding
 
@@ -37,6 +37,13 @@ MEMORY_RULES: list[Rule] = [
     rules_memory.imbalanced,
 ]
 
+TIME_RULES: list[Rule] = [
+    rules_spikes.step_spikes,
+    rules_timeline.regime_change,
+]
+"""What happened when: rare slow steps and a change of character. They never decide the
+step verdict (made on typical steps) nor the primary finding; they follow it by severity."""
+
 RANK_RULES: list[Rule] = [
     rules_ranks.input_straggler,
     rules_ranks.compute_straggler,
@@ -56,19 +63,29 @@ class Diagnosis:
     ranks: tuple[Finding, ...]
     """Rank findings, most severe first; () for one rank or when ranks are even."""
     findings: tuple[Finding, ...]
-    """Every finding (rank, step, memory; BALANCED ones included), most severe first."""
+    """Every finding (rank, step, memory, over time; BALANCED ones included): the primary
+    first, then the rest most severe first."""
+    over_time: tuple[Finding, ...] = ()
+    """STEP_SPIKES / REGIME_CHANGE findings, most severe first; () when none fired."""
 
     @property
     def primary(self) -> Finding:
-        """The one finding to show first: the most severe; on ties a straggler wins (one slow
-        rank makes every rank wait, so it is the cause the step-time shares only reflect),
-        then step time, then memory."""
+        """The one finding to show first: a memory finding that will end the run (evidence
+        `ends_run`), else the most severe; on ties a straggler wins (one slow rank makes every
+        rank wait, so it is the cause the step-time shares only reflect), then step time, then
+        memory. Over-time findings are never primary."""
         return self.findings[0]
 
 
 def by_severity(findings: Iterable[Finding]) -> list[Finding]:
-    """Most severe first; a stable sort, so callers' order breaks ties."""
-    return sorted(findings, key=lambda f: -SEVERITY_ORDER[f.severity])
+    """Findings that end the run first, then most severe first; a stable sort, so callers'
+    order breaks ties."""
+    return sorted(findings, key=lambda f: (not ends_run(f), -SEVERITY_ORDER[f.severity]))
+
+
+def ends_run(finding: Finding) -> bool:
+    """True for a memory finding that will end the run if nothing changes (out of memory)."""
+    return bool(finding.evidence.get("ends_run"))
 
 
 def _fired(rules: Iterable[Rule], view: RunView, th: Thresholds) -> list[Finding]:
@@ -90,9 +107,12 @@ def diagnose(view: RunView, thresholds: Thresholds = DEFAULT_THRESHOLDS) -> Diag
         rules_memory.balanced_memory(view, thresholds)
     ]
     ranks = _fired(RANK_RULES, view, thresholds)
+    over_time = _fired(TIME_RULES, view, thresholds)
+    ranked = by_severity([*ranks, *step, *memory])
     return Diagnosis(
         step=step[0],
         memory=memory[0],
         ranks=tuple(ranks),
-        findings=tuple(by_severity([*ranks, *step, *memory])),
+        findings=(ranked[0], *by_severity([*over_time, *ranked[1:]])),
+        over_time=tuple(over_time),
     )

@@ -43,12 +43,28 @@ def _header(run: Mapping[str, Any], steps: int, width: int) -> list[str]:
     where = f"{ranks} rank{'s' if ranks != 1 else ''} on {run['hosts']} host"
     where += "s" if run["hosts"] != 1 else ""
     torch = f"torch {run['torch']}" if run["torch"] else "torch n/a"
-    facts = [f"exit {run['exit']}", _duration(run["duration_s"]), f"{steps} steps", where]
+    facts = [exit_words(run["exit"]), _duration(run["duration_s"]), f"{steps} steps", where]
     if run.get("restarts"):
         facts.append(f"after {run['restarts']} restart{'s' if run['restarts'] != 1 else ''}")
     facts += [run["device"], torch]
     title = f"TraceML  {run['script'] or '?'}  run {run['id']}"
-    return [*_wrap(title, width, ""), *_wrap(" · ".join(facts), width, ""), "─" * width]
+    error = run.get("error")
+    crash = _wrap(f"error: {error['type']}: {error['message']}", width, "") if error else []
+    return [*_wrap(title, width, ""), *_wrap(" · ".join(facts), width, ""), *crash, "─" * width]
+
+
+EXIT_WORDS = {
+    "ok": "finished (ok)",
+    "error": "ended by an exception",
+    "signal": "stopped by a signal",
+    "running": "still running",
+    "killed": "killed by SIGKILL (out of memory?)",
+}
+
+
+def exit_words(kind: str) -> str:
+    """How a run ended, in words ("killed by SIGKILL (out of memory?)")."""
+    return EXIT_WORDS.get(kind, f"exit {kind}")
 
 
 def _finding(finding: Mapping[str, Any], width: int) -> list[str]:
@@ -92,16 +108,38 @@ def _comm_line(step: Mapping[str, Any], bar_width: int) -> list[str]:
 
 
 def _step_section(step: Mapping[str, Any], width: int) -> list[str]:
+    slowest = step.get("max_ms")
+    top = f" · max {ms(slowest)}" if slowest is not None else ""
     numbers = (
-        f"median {ms(step['median_ms'])} · p95 {ms(step['p95_ms'])} · trend {step['trend']}"
-        " (after warm-up)"
+        f"median {ms(step['median_ms'])} · p95 {ms(step['p95_ms'])}{top}"
+        f" · trend {step['trend'].replace('_', ' ')} (after warm-up)"
     )
-    return [f"Step time  {step['diagnosis']}", *_wrap(numbers, width), *_phase_lines(step, width)]
+    return [
+        f"Step time  {step['diagnosis']}",
+        *_wrap(numbers, width),
+        *_wrap(_phases_basis(step), width),
+        *_phase_lines(step, width),
+    ]
+
+
+def _phases_basis(step: Mapping[str, Any]) -> str:
+    """What the phase rows are: mean ms per step (adding up to the mean step), over which steps."""
+    spikes = step.get("spike_steps") or 0
+    over = (
+        f"typical steps ({spikes} slow step{'s' if spikes != 1 else ''} left out: see STEP_SPIKES)"
+        if step.get("phases_over") == "typical_steps"
+        else "all steps"
+    )
+    return (
+        f"phases: mean per step over {over}, adding up to the mean step {ms(step.get('mean_ms'))}"
+    )
 
 
 def _memory_section(memory: Mapping[str, Any]) -> list[str]:
     growth = memory["growth_mb_per_1k_steps"]
     growth_text = "n/a" if growth is None else f"{growth:+.1f} MB per 1k steps"
+    if memory["diagnosis"] == "NOT_MEASURED":
+        return ["Memory  not measured"]
     lines = [f"Memory  {memory['diagnosis']}"]
     if memory["device_peak_allocated_mb"] is not None:
         allocated, reserved = memory["device_peak_allocated_mb"], memory["device_peak_reserved_mb"]
@@ -169,7 +207,7 @@ def render_card(summary: Mapping[str, Any], width: int = 80) -> str:
         lines += [title, *_rank_rows(summary["ranks"]), ""]
     lines += [_system_line(summary["system"])]
     others = [f for f in summary["findings"] if not _same(f, summary["primary"])]
-    others = [f for f in others if f["kind"] != "BALANCED"]
+    others = [f for f in others if f["kind"] not in ("BALANCED", "NOT_MEASURED")]
     if others:
         lines += ["", "Other findings"]
         for finding in others:

@@ -103,8 +103,35 @@ def _pressure(rank: RankWindow) -> float | None:
     return reserved / capacity
 
 
+FULL_WITHIN_WINDOWS = 10.0
+"""Device growth "ends the run" when, at its slope, capacity is reached within this many times
+the window's span of steps (or pressure is already at pressure_warning)."""
+
+
+def steps_to_full(rank: RankWindow, growth: Growth) -> float | None:
+    """Steps until device allocated reaches capacity at the fitted slope; None without both."""
+    capacity, series = rank.device_capacity_mb, rank.device_allocated
+    if not capacity or not series or growth.source != "device allocated":
+        return None
+    return max(0.0, capacity - series[-1][1]) / growth.slope_mb_per_step
+
+
+def _ends_run(rank: RankWindow, growth: Growth, th: Thresholds) -> bool:
+    """Host RSS growing steadily has no ceiling we know of but the machine's; device memory
+    ends the run when pressure is near or capacity is a few windows away."""
+    if growth.source == "host RSS":
+        return True
+    if (_pressure(rank) or 0.0) >= th.pressure_warning:
+        return True
+    full = steps_to_full(rank, growth)
+    return full is not None and full <= FULL_WITHIN_WINDOWS * max(1, growth.span_steps)
+
+
 def growing(view: RunView, th: Thresholds) -> Finding | None:
-    """GROWING: memory rises steadily (positive robust slope) by >= 5 % or >= 1 GiB."""
+    """GROWING: memory rises steadily (positive robust slope) by >= 5 % or >= 1 GiB.
+
+    Its evidence says `ends_run` when the growth will end the run (host RSS growing without
+    bound, or device memory heading for capacity): diagnose then ranks it above throughput."""
     if not enough_steps(view, th):
         return None
     found = [g for g in (_is_growing(r, th) for r in view.active) if g is not None]
@@ -114,6 +141,7 @@ def growing(view: RunView, th: Thresholds) -> Finding | None:
     by_rank = {r.rank: r for r in view.active}
     near_oom = (_pressure(by_rank[worst.rank]) or 0.0) >= th.pressure_warning
     host = worst.source == "host RSS"
+    full = steps_to_full(by_rank[worst.rank], worst)
     return Finding(
         kind="GROWING",
         section="step_memory",
@@ -130,6 +158,8 @@ def growing(view: RunView, th: Thresholds) -> Finding | None:
             "mb_per_1k_steps": rounded(worst.slope_mb_per_step * 1000),
             "rise_mb": rounded(worst.rise_mb),
             "base_mb": rounded(worst.base_mb),
+            "ends_run": _ends_run(by_rank[worst.rank], worst, th),
+            "steps_to_full": None if full is None else round(full),
         },
     )
 
@@ -209,17 +239,21 @@ def balanced_memory(view: RunView, th: Thresholds) -> Finding:
     """BALANCED (info): what diagnose reports when no memory rule fired."""
     device = [r.device_peak_reserved_mb for r in view.active if r.device_peak_reserved_mb]
     host = [r.host_rss_peak_mb for r in view.active if r.host_rss_peak_mb is not None]
-    if device:
-        what = f"device peak reserved {mb(max(device))}"
-    elif host:
-        what = f"host RSS peak {mb(max(host))}"
-    else:
-        what = "no memory measured"
+    if not device and not host:
+        return Finding(
+            kind="NOT_MEASURED",
+            section="step_memory",
+            severity="info",
+            summary="memory not measured: no step ended with a memory reading",
+            action="Nothing to judge; memory is read at the end of each traced step.",
+        )
+    peak = max(device) if device else max(host)
+    what = f"{'device peak reserved' if device else 'host RSS peak'} {mb(peak)}"
     return Finding(
         kind="BALANCED",
         section="step_memory",
         severity="info",
-        summary=f"{what}; no growth, pressure or fragmentation" if device or host else what,
+        summary=f"{what}; no growth, pressure or fragmentation",
         action="Nothing to fix in memory.",
         evidence={"device_peak_reserved_mb": rounded(max(device, default=None))},
     )

@@ -14,8 +14,11 @@ from typing import Any
 
 from traceml.errors import SchemaError
 
-SUMMARY_SCHEMA = "traceml.summary/1"
-"""The `schema` value of every summary this build writes and reads."""
+SUMMARY_SCHEMA = "traceml.summary/1.1"
+"""The `schema` value of every summary this build writes."""
+SUMMARY_READS = ("traceml.summary/1", SUMMARY_SCHEMA)
+"""Versions this build reads: the same major version, minor versions up to its own (1.1 only
+added fields, so a 1 summary is a valid 1.1 one without them)."""
 SCHEMA_FILE = "final_summary.schema.json"
 
 _SECTIONS: dict[str, type] = {

@@ -202,6 +202,15 @@ class PhaseTotals:
             self._step_ms[i] += other._step_ms[i]
             self._counts[i] += other._counts[i]
 
+    def minus(self, other: PhaseTotals) -> PhaseTotals:
+        """The totals of the steps in self but not in `other` (a subset of them)."""
+        out = PhaseTotals()
+        for i in range(len(PHASES)):
+            out._ms[i] = self._ms[i] - other._ms[i]
+            out._step_ms[i] = self._step_ms[i] - other._step_ms[i]
+            out._counts[i] = self._counts[i] - other._counts[i]
+        return out
+
     def means(self) -> tuple[float | None, ...]:
         """Mean ms per phase over the steps that measured it."""
         return tuple(ms / n if n else None for ms, n in zip(self._ms, self._counts, strict=True))

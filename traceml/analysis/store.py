@@ -26,7 +26,15 @@ from collections import deque
 from typing import TYPE_CHECKING
 
 from traceml.analysis.comm import CommTotals
-from traceml.analysis.stats import SERIES_POINTS, RecentStats, SystemTotals, WindowStats, quantile
+from traceml.analysis.spikes import LOG_KEPT, Baseline, SlowStep, SpikeTotals, spike_window
+from traceml.analysis.stats import (
+    SERIES_POINTS,
+    PhaseTotals,
+    RecentStats,
+    SystemTotals,
+    WindowStats,
+    quantile,
+)
 from traceml.analysis.timeline import Timeline
 from traceml.analysis.view import RankState, RankWindow, RunView, ViewKind
 from traceml.config import DEFAULT_THRESHOLDS, Thresholds
@@ -35,6 +43,9 @@ if TYPE_CHECKING:
     from collections.abc import Iterable, Sequence
 
     from traceml.records import RankEnd, RankInfo, StepRecord, SystemSample
+
+Stats = tuple["WindowStats | RecentStats", "list[float] | None", SpikeTotals, "list[SlowStep]"]
+"""What a RankWindow is built from: aggregates, exact sorted step ms (or None), spikes, listed."""
 
 PRUNE_EVERY_MASK = 63
 """Prune dead warm-up segments once every 64 steps: pruning only frees memory (summary_stats
@@ -58,6 +69,7 @@ class _Rank:
     """Everything the store keeps about one rank."""
 
     __slots__ = (
+        "baseline",
         "comm",
         "dropped",
         "end",
@@ -68,8 +80,12 @@ class _Rank:
         "last_step",
         "last_system",
         "live",
+        "rare",
         "ring",
         "segments",
+        "spike_log",
+        "spike_steps",
+        "spikes",
         "starts",
         "state",
         "system",
@@ -77,8 +93,10 @@ class _Rank:
         "version",
     )
 
-    def __init__(self, history: int, starts: tuple[int, ...]) -> None:
+    def __init__(self, history: int, starts: tuple[int, ...], rare: float) -> None:
         self.history = history
+        self.rare = rare
+        """Thresholds.spike_rare: the most spikes (fraction of steps) left out of typical."""
         self.starts = starts
         self.ring: deque[StepRecord] = deque()
         self.in_ring: set[int] = set()
@@ -89,6 +107,13 @@ class _Rank:
         self.comm: dict[int, CommTotals] = {}
         """DDP all-reduce wait totals per segment start, beside `segments` (DDP runs only)."""
         """Aggregates of [start, next start) by start; ones before the warm-up cut are dropped."""
+        self.spikes: dict[int, SpikeTotals] = {}
+        """Spike totals and slowest steps per segment start, beside `segments`."""
+        self.baseline = Baseline()
+        self.spike_steps: set[int] = set()
+        """Steps in the ring judged spikes when folded (so exact windows agree with segments)."""
+        self.spike_log: deque[SlowStep] = deque(maxlen=LOG_KEPT)
+        """The last LOG_KEPT spikes, in arrival order."""
         self.info: RankInfo | None = None
         self.end: RankEnd | None = None
         self.state: RankState = "live"
@@ -119,6 +144,7 @@ class _Rank:
         if segment is None:
             segment = self.segments[start] = WindowStats(start)
         segment.add(rec)
+        self._judge(rec, start, thresholds)
         if rec.comm_wait_ms is not None:
             comm = self.comm.get(start)
             if comm is None:
@@ -126,6 +152,38 @@ class _Rank:
             comm.add(rec)
         if not rec.step & PRUNE_EVERY_MASK:
             self._prune(warmup_target(self.total_steps, thresholds))
+
+    def _judge(self, rec: StepRecord, start: int, thresholds: Thresholds) -> None:
+        """Judge `rec` against the rolling typical step (before it joins it) and keep it."""
+        totals = self.spikes.get(start)
+        if totals is None:
+            totals = self.spikes[start] = SpikeTotals()
+        slow = None
+        if self.baseline.is_spike(rec.step_ms, thresholds.spike_factor):
+            slow = self.baseline.slow(rec, thresholds.spike_factor)
+            totals.add_spike(rec)
+            self.spike_steps.add(rec.step)
+            self.spike_log.append(slow)
+        self.baseline.observe(rec)
+        totals.offer(rec, slow)
+
+    def spikes_of(self, records: Iterable[StepRecord]) -> SpikeTotals:
+        """Spike totals of ring records (a live window, an exact summary)."""
+        totals = SpikeTotals()
+        logged = {s.step: s for s in self.spike_log}
+        for rec in records:
+            slow = logged.get(rec.step)
+            if rec.step in self.spike_steps:
+                totals.add_spike(rec)
+            totals.offer(rec, slow)
+        return totals
+
+    def listed(self, start: int, stop: int | None = None) -> list[SlowStep]:
+        """Logged spikes with start <= step (< stop), in step order."""
+        return sorted(
+            (s for s in self.spike_log if s.step >= start and (stop is None or s.step < stop)),
+            key=lambda s: s.step,
+        )
 
     def _push(self, rec: StepRecord) -> None:
         if not self.ring or rec.step > self.ring[-1].step:
@@ -136,6 +194,7 @@ class _Rank:
         if len(self.ring) > self.history:
             old = self.ring.popleft()
             self.in_ring.discard(old.step)
+            self.spike_steps.discard(old.step)
             self.evicted_max = max(self.evicted_max, old.step)
 
     def _prune(self, target: int) -> None:
@@ -147,15 +206,20 @@ class _Rank:
             if nxt < len(self.starts) and self.starts[nxt] <= target:
                 del self.segments[start]
                 self.comm.pop(start, None)
+                self.spikes.pop(start, None)
 
-    def summary_stats(self, thresholds: Thresholds) -> tuple[WindowStats, list[float] | None]:
-        """Post-warm-up aggregates, plus the sorted step times when they are exact."""
+    def summary_stats(self, thresholds: Thresholds) -> Stats:
+        """Post-warm-up aggregates, the sorted step times when they are exact, and spikes."""
         start = summary_start(self.total_steps, thresholds)
         if self.evicted_max < start:
-            return _exact([r for r in self.ring if r.step >= start])
+            records = [r for r in self.ring if r.step >= start]
+            return (*_exact(records), self.spikes_of(records), self.listed(start))
         first = min((s for s in self.segments if s >= start), default=None)
-        parts = [a for s, a in sorted(self.segments.items()) if first is None or s >= first]
-        return (WindowStats.merged(parts) if parts else WindowStats()), None
+        keep = [s for s in sorted(self.segments) if first is None or s >= first]
+        parts = [self.segments[s] for s in keep]
+        spikes = SpikeTotals.merged(self.spikes[s] for s in keep if s in self.spikes)
+        stats = WindowStats.merged(parts) if parts else WindowStats()
+        return stats, None, spikes, self.listed(keep[0] if keep else start)
 
     def comm_summary(self, thresholds: Thresholds) -> CommTotals:
         """All-reduce wait over the summary window (after warm-up)."""
@@ -176,7 +240,9 @@ class _Rank:
         if cached is not None and cached[0] == self.version and cached[1] == window:
             return cached[2]
         recent = self.recent(window)
-        built = _window(rank, self, *_live_stats(recent))
+        first = recent[0].step if recent else 0
+        spikes = self.spikes_of(recent)
+        built = _window(rank, self, *_live_stats(recent), spikes, self.listed(first))
         comm = CommTotals.of(recent)
         if comm.steps:
             built = dataclasses.replace(
@@ -190,6 +256,21 @@ def _exact(records: Sequence[StepRecord]) -> tuple[WindowStats, list[float]]:
     return WindowStats.of(records), sorted(r.step_ms for r in records)
 
 
+def _typical(
+    stats: WindowStats | RecentStats, spikes: SpikeTotals, rare: float
+) -> tuple[PhaseTotals, int, float | None]:
+    """Phase totals, step count and mean step ms of the typical steps: spikes left out while
+    they are rare (at most `rare` of the steps), else every step."""
+    typical = stats.count - spikes.count
+    if not spikes.count or typical <= 0 or spikes.count > rare * stats.count:
+        return stats.phases, stats.count, stats.mean_ms
+    return (
+        stats.phases.minus(spikes.phases),
+        typical,
+        (stats.step_total_ms - spikes.total_ms) / typical,
+    )
+
+
 def _live_stats(recent: list[StepRecord]) -> tuple[WindowStats | RecentStats, list[float] | None]:
     """Stats of a live window (oldest first): column-built while it fits SERIES_POINTS."""
     if len(recent) > SERIES_POINTS:
@@ -199,9 +280,16 @@ def _live_stats(recent: list[StepRecord]) -> tuple[WindowStats | RecentStats, li
 
 
 def _window(
-    rank: int, data: _Rank, stats: WindowStats | RecentStats, exact: list[float] | None
+    rank: int,
+    data: _Rank,
+    stats: WindowStats | RecentStats,
+    exact: list[float] | None,
+    spikes: SpikeTotals,
+    listed: list[SlowStep],
 ) -> RankWindow:
     info, series = data.info, stats.series
+    phases, typical, mean = _typical(stats, spikes, data.rare)
+    slowest = spikes.top()
     if exact is None and isinstance(stats, WindowStats):
         mid, p95 = stats.step_hist.quantile(0.5), stats.step_hist.quantile(0.95)
     else:
@@ -213,9 +301,15 @@ def _window(
         total_steps=data.total_steps,
         median_ms=mid,
         p95_ms=p95,
-        mean_ms=stats.mean_ms,
-        phase_ms=stats.phases.means(),
-        phase_share=stats.phases.shares(),
+        mean_ms=mean,
+        phase_ms=phases.means(),
+        phase_share=phases.shares(),
+        typical_steps=typical,
+        max_ms=slowest[0].ms if slowest else None,
+        slowest=slowest,
+        spikes=spike_window(spikes, stats.step_total_ms, listed, phases.means())
+        if spikes.count
+        else None,
         step_series=series.points(0),
         host_rss=series.points(1),
         device_allocated=series.points(2),
@@ -254,7 +348,9 @@ class RunStore:
     def _rank(self, rank: int) -> _Rank:
         data = self._ranks.get(rank)
         if data is None:
-            data = self._ranks[rank] = _Rank(self.history_steps, self._starts)
+            data = self._ranks[rank] = _Rank(
+                self.history_steps, self._starts, self.thresholds.spike_rare
+            )
         return data
 
     def add_info(self, info: RankInfo) -> None:
@@ -322,6 +418,12 @@ class RunStore:
         with self._lock:
             data = self._ranks.get(rank)
             return data.info if data else None
+
+    def end_errors(self) -> list[tuple[str, str]]:
+        """(type, message) of the exceptions that ended ranks, in rank order."""
+        with self._lock:
+            ends = (d.end for _, d in sorted(self._ranks.items()))
+            return [e.error for e in ends if e is not None and e.error is not None]
 
     def system_totals(self) -> list[SystemTotals]:
         """Whole-run system means and peaks, one per rank that sent samples, in rank order."""

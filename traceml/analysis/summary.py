@@ -13,6 +13,7 @@ import errno
 import json
 import math
 import os
+import re
 import tempfile
 from datetime import datetime, timezone
 from pathlib import Path
@@ -22,8 +23,9 @@ from traceml._version import __version__
 from traceml.analysis.diagnose import diagnose
 from traceml.analysis.rules_memory import memory_growth
 from traceml.analysis.rules_ranks import rank_lags, with_comm_wait
-from traceml.analysis.schema import SUMMARY_SCHEMA, validate_summary
+from traceml.analysis.schema import SUMMARY_READS, SUMMARY_SCHEMA, validate_summary
 from traceml.analysis.stats import SYSTEM_MEANS, SYSTEM_PEAKS, max_opt, median, series_slope
+from traceml.analysis.timeline import SUMMARY_WINDOWS, coarsen, timeline_columns
 from traceml.config import DEFAULT_THRESHOLDS, Thresholds
 from traceml.errors import ConfigError, SchemaError
 from traceml.records import PHASES
@@ -42,6 +44,8 @@ MAX_RANKS = 1024
 """Most entries in `ranks`; larger jobs keep their most lagging ranks."""
 TREND_MIN_POINTS = 3
 """Fewest series points a trend is computed from."""
+SLOWEST_IN_SUMMARY = 5
+"""Slowest steps `step_time.slowest` lists."""
 
 
 def _num(value: float | None, digits: int = 3) -> float | None:
@@ -90,9 +94,29 @@ def _comm_share(view: RunView, comm: dict[int, CommTotals]) -> float | None:
     return median(comm[r.rank].share for r in view.active if r.rank in comm)
 
 
+def _slowest(view: RunView) -> tuple[float | None, list[dict[str, Any]]]:
+    """The slowest step of any rank, and that rank's slowest steps (each with its phase)."""
+    ranks = [r for r in view.active if r.max_ms is not None]
+    worst = max(ranks, key=lambda r: r.max_ms or 0.0, default=None)
+    if worst is None:
+        return None, []
+    rows = [{"rank": worst.rank, **s.to_json()} for s in worst.slowest[:SLOWEST_IN_SUMMARY]]
+    return _num(worst.max_ms), rows
+
+
+def _typical_label(view: RunView) -> tuple[str, int]:
+    """("typical_steps" | "all_steps", median over ranks of the spikes left out)."""
+    left_out = [r.steps - r.typical_steps for r in view.active]
+    spikes = median(float(n) for n in left_out)
+    n = round(spikes) if spikes is not None else 0
+    return ("typical_steps" if any(left_out) else "all_steps"), n
+
+
 def _step_time(
     view: RunView, diag: Diagnosis, th: Thresholds, comm: dict[int, CommTotals]
 ) -> dict[str, Any]:
+    max_ms, slowest = _slowest(view)
+    over, spikes = _typical_label(view)
     return {
         "diagnosis": diag.step.kind,
         "steps": view.total_steps,
@@ -102,7 +126,21 @@ def _step_time(
         **_phase_pcts([view.median_share(p) for p in PHASES]),
         "comm_wait_pct": _pct(_comm_share(view, comm)),
         "trend": step_trend(view, th),
+        "phases_over": over,
+        "spike_steps": spikes,
+        "max_ms": max_ms,
+        "slowest": slowest,
     }
+
+
+def timeline_json(view: RunView, limit: int = SUMMARY_WINDOWS) -> dict[str, Any] | None:
+    """The median rank's whole-run timeline, coarsened to at most `limit` windows."""
+    ranks = [r for r in view.active if r.timeline and r.mean_ms is not None]
+    mid = median(r.mean_ms for r in ranks)
+    rank = min(ranks, key=lambda r: abs((r.mean_ms or 0.0) - (mid or 0.0)), default=None)
+    if rank is None:
+        return None
+    return {"rank": rank.rank, **timeline_columns(coarsen(rank.timeline, limit))}
 
 
 def _growth_per_1k(view: RunView) -> float | None:
@@ -194,6 +232,7 @@ def build_summary(
     device: str,
     torch_version: str | None,
     thresholds: Thresholds = DEFAULT_THRESHOLDS,
+    error: tuple[str, str] | None = None,
 ) -> dict[str, Any]:
     """The final_summary.json object of a run (DESIGN.md section 5), from its store.
 
@@ -202,9 +241,11 @@ def build_summary(
         run_id, script, argv, started, duration_s, exit, device, torch_version: The `run`
             section; `started` is epoch seconds (0 = unknown), `torch_version` None = unknown.
         thresholds: The numbers the diagnosis compares against.
+        error: (type, message) of the exception that ended the script; None takes the first
+            one a rank's RankEnd carries (rank 0 first), if any.
 
     Returns:
-        A JSON-native dict of schema "traceml.summary/1"; system means are medians over ranks.
+        A JSON-native dict of schema "traceml.summary/1.1"; system means are medians over ranks.
     """
     view = store.summary_view()
     diag = diagnose(view, thresholds)
@@ -227,6 +268,7 @@ def build_summary(
         "ranks_omitted": omitted,
         "restarts": _restarts(store),
         "optimizers": list(view.optimizers),
+        "error": _error(store, error),
     }
     primary = with_comm_wait(diag.primary, waits).to_json()
     return {
@@ -238,7 +280,24 @@ def build_summary(
         "ranks": ranks,
         "system": _system(store),
         "findings": [f.to_json() for f in findings],
+        **({"timeline": line} if (line := timeline_json(view)) is not None else {}),
     }
+
+
+def _error(store: RunStore, given: tuple[str, str] | None) -> dict[str, str] | None:
+    """The exception that ended the run: `given`, else the first rank end that carries one."""
+    if given is None:
+        given = next((e for e in store.end_errors()), None)
+    return None if given is None else {"type": given[0], "message": given[1]}
+
+
+_SCALAR_LIST = re.compile(r"\[\s*((?:-?[\d.eE+-]+|null)(?:,\s*(?:-?[\d.eE+-]+|null))*)\s*\]")
+"""A JSON list of numbers and nulls as json.dumps(indent=2) writes it: one item a line."""
+
+
+def _one_line(match: re.Match[str]) -> str:
+    """The timeline's columns on one line each, so the file stays a few KB."""
+    return "[" + ", ".join(item.strip() for item in match.group(1).split(",")) + "]"
 
 
 def _write_error(path: Path, err: OSError) -> ConfigError:
@@ -258,7 +317,7 @@ def write_summary(summary: dict[str, Any], path: Path) -> Path:
         ConfigError: the folder cannot be created or written, or the disk is full.
     """
     path = Path(path)
-    text = json.dumps(summary, indent=2, allow_nan=False) + "\n"
+    text = _SCALAR_LIST.sub(_one_line, json.dumps(summary, indent=2, allow_nan=False)) + "\n"
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
@@ -298,7 +357,7 @@ def load_summary(path: Path) -> dict[str, Any]:
     version = obj.get("schema") if isinstance(obj, dict) else None
     if not isinstance(version, str) or not version.startswith("traceml.summary/"):
         raise SchemaError(f'{path} is not a TraceML summary (no "schema": "{SUMMARY_SCHEMA}")')
-    if version != SUMMARY_SCHEMA:
+    if version not in SUMMARY_READS:
         raise SchemaError(
             f"{path} is a {version} summary; this TraceML {__version__} reads {SUMMARY_SCHEMA}:"
             " use the TraceML version that wrote it"

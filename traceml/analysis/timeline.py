@@ -28,8 +28,8 @@ if TYPE_CHECKING:
 
 TIMELINE_WINDOWS = 512
 """Windows a rank's timeline keeps at most; on overflow pairs merge and the stride doubles."""
-SUMMARY_WINDOWS = 128
-"""Windows final_summary.json keeps (the timeline coarsened by a power of two)."""
+SUMMARY_WINDOWS = 64
+"""Windows final_summary.json keeps (the timeline coarsened by a power of two): about 5 KB."""
 SKETCH_ACCURACY = 0.02
 """Relative accuracy of a window's p50/p95 (bucket half-width)."""
 SKETCH_BUCKETS = 64
@@ -250,7 +250,7 @@ class Timeline:
         capacity: Most windows kept; at least 2.
     """
 
-    __slots__ = ("_frozen", "_open", "capacity", "stride")
+    __slots__ = ("_dirty", "_frozen", "_open", "_tuple", "capacity", "stride")
 
     def __init__(self, capacity: int = TIMELINE_WINDOWS) -> None:
         self.capacity = max(2, capacity)
@@ -260,11 +260,15 @@ class Timeline:
         """Windows in step order."""
         self._frozen: list[TimelineWindow | None] = []
         """Frozen copy of each window, None when it changed since (rebuilt on demand)."""
+        self._dirty = False
+        self._tuple: tuple[TimelineWindow, ...] = ()
+        """The last `windows()` answer, reused until a step changes a window."""
 
     def add(self, rec: StepRecord) -> None:
         """Fold one step (steps may come in any order; each step should come once)."""
         pos = self._find(rec.step // self.stride)
         self._frozen[pos] = None
+        self._dirty = True
         v = self._open[pos].nums
         ms = rec.step_ms
         v[_N] += 1
@@ -301,11 +305,14 @@ class Timeline:
         """The windows in step order; with `limit`, coarsened pairwise until at most `limit`."""
         if limit is not None and len(self._open) > limit:
             return self._coarsened(limit)
-        frozen = self._frozen
-        for i, cached in enumerate(frozen):
-            if cached is None:
-                frozen[i] = self._open[i].freeze()
-        return tuple(w for w in frozen if w is not None)
+        if self._dirty:
+            frozen = self._frozen
+            for i, cached in enumerate(frozen):
+                if cached is None:
+                    frozen[i] = self._open[i].freeze()
+            self._tuple = tuple(w for w in frozen if w is not None)
+            self._dirty = False
+        return self._tuple
 
     def seed(self, windows: Sequence[TimelineWindow]) -> None:
         """Start from windows received in a snapshot (steps folded later are added to them).
@@ -331,6 +338,7 @@ class Timeline:
         opens = sorted([*self._open, *merged.values()], key=lambda o: o.nums[_ID])
         self._open = _coalesce(opens)
         self._frozen = [None] * len(self._open)
+        self._dirty = True
         while len(self._open) > self.capacity:
             self._halve()
 
@@ -382,3 +390,45 @@ def _coalesce(opens: list[_Open]) -> list[_Open]:
         else:
             out.append(part)
     return out
+
+
+def coarsen(windows: Sequence[TimelineWindow], limit: int) -> tuple[TimelineWindow, ...]:
+    """`windows` merged pairwise (as the timeline itself would) until at most `limit` remain."""
+    if len(windows) <= limit:
+        return tuple(windows)
+    line = Timeline(capacity=limit)
+    line.seed(windows)
+    return line.windows()
+
+
+def _sig(value: float | None) -> float | None:
+    """Three significant digits (at least one decimal below 100): a summary, not a log."""
+    if value is None:
+        return None
+    if value == 0 or not math.isfinite(value):
+        return 0.0
+    digits = max(1, 2 - math.floor(math.log10(abs(value))))
+    return round(value, digits)
+
+
+def _column(values: Iterable[float | None]) -> list[float | None] | None:
+    """A column of rounded values; None when no window measured it."""
+    out = [_sig(v) for v in values]
+    return out if any(v is not None for v in out) else None
+
+
+def timeline_columns(windows: Sequence[TimelineWindow]) -> dict[str, Any]:
+    """final_summary.json's timeline: one list per field (columns keep 128 windows a few KB);
+    a column that nothing measured is null."""
+    return {
+        "first_step": [w.first_step for w in windows],
+        "last_step": [w.last_step for w in windows],
+        "steps": [w.steps for w in windows],
+        "mean_ms": _column(w.mean_ms for w in windows),
+        "p50_ms": _column(w.p50_ms for w in windows),
+        "p95_ms": _column(w.p95_ms for w in windows),
+        "max_ms": _column(w.max_ms for w in windows),
+        "phase_ms": {p: _column(w.phase_ms[i] for w in windows) for i, p in enumerate(PHASES)},
+        "host_rss_mb": _column(w.host_rss_mb for w in windows),
+        "device_allocated_mb": _column(w.device_allocated_mb for w in windows),
+    }

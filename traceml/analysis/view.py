@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
+from traceml.analysis.spikes import SlowStep, SpikeWindow
 from traceml.analysis.stats import median
 from traceml.analysis.timeline import TimelineWindow
 from traceml.records import PHASES, Clock, ExitKind, Phase
@@ -37,11 +38,22 @@ class RankWindow:
     median_ms: float | None = None
     p95_ms: float | None = None
     mean_ms: float | None = None
-    """Mean step time; phase shares are fractions of it."""
+    """Mean step time of the typical steps (spikes left out, see `typical_steps`); phase
+    shares are fractions of it."""
     phase_ms: tuple[float | None, ...] = (None,) * len(PHASES)
-    """Mean ms per phase in PHASES order; None = the loop has no such phase (not measured)."""
+    """Mean ms per phase in PHASES order over the typical steps; None = the loop has no such
+    phase (not measured)."""
     phase_share: tuple[float | None, ...] = (None,) * len(PHASES)
-    """Fraction 0..1 of the window's step time per phase; None = not measured."""
+    """Fraction 0..1 of the typical steps' time per phase; None = not measured."""
+    typical_steps: int = 0
+    """Steps behind mean_ms and the phases: `steps` minus the spikes while they are rare
+    (Thresholds.spike_rare), else `steps`."""
+    max_ms: float | None = None
+    """Slowest step of the window (all steps); None without steps."""
+    slowest: tuple[SlowStep, ...] = ()
+    """The window's slowest steps (at most 8), slowest first, each with its phase."""
+    spikes: SpikeWindow | None = None
+    """Rare slow steps of the window and what they cost; None when there were none."""
     step_series: Series = ()
     """Step ms over the window, decimated to at most ~256 block means (for the trend)."""
     host_rss: Series = ()

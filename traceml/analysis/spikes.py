@@ -1,0 +1,239 @@
+"""Rare slow steps (spikes): judged once, when a step is folded, and kept in bounded aggregates.
+
+A step is a spike when it takes more than `Thresholds.spike_factor` times the rank's typical
+step: the median of its last `BASELINE_STEPS` steps (recomputed every `BASELINE_EVERY` steps, so
+it follows a run whose speed changes). The judgement is made once, at fold time, so a live
+window, a short run's exact summary and a week-long run's segment aggregates all agree on which
+steps were spikes. What is kept is bounded whatever the run's length: per segment a count, the
+spikes' phase sums and the `SLOWEST_KEPT` slowest steps of all; per rank the last `LOG_KEPT`
+spikes (step, ms, phase) for naming them and finding a period. Pure: no I/O, no clock, no torch.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import Counter, deque
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from traceml.analysis.stats import PhaseTotals
+from traceml.records import PHASES
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Sequence
+
+    from traceml.records import Phase, StepRecord
+
+BASELINE_STEPS = 64
+"""Steps the rolling typical step is the median of."""
+BASELINE_EVERY = 16
+"""Steps between two recomputations of that median (sorting 64 floats each time)."""
+BASELINE_MIN = 8
+"""Steps seen before any step is judged (earlier ones are never spikes: warm-up)."""
+SLOWEST_KEPT = 8
+"""Slowest steps kept per segment (all steps, spikes or not)."""
+LOG_KEPT = 512
+"""Most recent spikes kept per rank, for naming them and for the period."""
+PERIOD_LOOKAHEAD = 4
+"""Each spike's distance to the next this many spikes are period candidates, so an unrelated
+slow step between two checkpoints does not hide their period."""
+PERIOD_MIN_HITS = 3
+"""Spikes on one lattice (step = r mod P) needed before a period is claimed."""
+PERIOD_MIN_FRACTION = 0.5
+"""Share of the spikes that must sit on that lattice."""
+
+
+@dataclass(frozen=True, slots=True)
+class SlowStep:
+    """One slow step: where, how long, and which phase it spent its extra time in."""
+
+    step: int
+    ms: float
+    phase: Phase | None
+    """The phase furthest above its typical ms (the raw largest phase before a baseline
+    exists); None when the step measured no phase."""
+
+    def to_json(self) -> dict[str, Any]:
+        return {"step": self.step, "ms": round(self.ms, 3), "phase": self.phase}
+
+
+class Baseline:
+    """The rank's typical step, rolling: median ms and mean phase ms of its recent steps."""
+
+    __slots__ = ("_recent", "_since", "ms")
+
+    def __init__(self) -> None:
+        self._recent: deque[StepRecord] = deque(maxlen=BASELINE_STEPS)
+        self._since = 0
+        self.ms: float | None = None
+        """Median of the recent steps; None before BASELINE_MIN steps were seen."""
+
+    def observe(self, rec: StepRecord) -> None:
+        self._recent.append(rec)
+        self._since += 1
+        n = len(self._recent)
+        if self._since >= BASELINE_EVERY or (self.ms is None and n >= BASELINE_MIN):
+            self._since = 0
+            values = sorted(r.step_ms for r in self._recent)
+            self.ms = values[n // 2] if n % 2 else (values[n // 2 - 1] + values[n // 2]) / 2
+
+    def is_spike(self, ms: float, factor: float) -> bool:
+        return self.ms is not None and ms > factor * self.ms
+
+    def slow(self, rec: StepRecord, factor: float) -> SlowStep:
+        """`rec` as a SlowStep, its phase judged against the recent typical steps' phases."""
+        typical = [r for r in self._recent if self.ms is None or r.step_ms <= factor * self.ms]
+        return SlowStep(rec.step, rec.step_ms, excess_phase(rec.phases, typical))
+
+
+def excess_phase(phases: Sequence[float | None], typical: Sequence[StepRecord]) -> Phase | None:
+    """The phase furthest above its mean over `typical` (absolute ms); None if none measured."""
+    best: tuple[float, int] | None = None
+    for i, value in enumerate(phases):
+        if value is None:
+            continue
+        seen = [t.phases[i] for t in typical if t.phases[i] is not None]
+        base = sum(seen) / len(seen) if seen else 0.0  # type: ignore[arg-type]
+        if best is None or value - base > best[0]:
+            best = (value - base, i)
+    return None if best is None else PHASES[best[1]]
+
+
+class SpikeTotals:
+    """Spikes of one span of steps (a warm-up segment, a live window): O(1) memory."""
+
+    __slots__ = ("count", "phases", "slowest", "total_ms")
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.total_ms = 0.0
+        self.phases = PhaseTotals()
+        """Phase sums of the spike steps only (so typical = all minus these)."""
+        self.slowest: list[tuple[float, int, SlowStep]] = []
+        """Min-heap of (ms, step, SlowStep) of the SLOWEST_KEPT slowest steps of the span."""
+
+    def add_spike(self, rec: StepRecord) -> None:
+        self.count += 1
+        self.total_ms += rec.step_ms
+        self.phases.add(rec.phases, rec.step_ms)
+
+    def offer(self, rec: StepRecord, slow: SlowStep | None) -> SlowStep | None:
+        """Keep `rec` among the slowest steps if it is one; returns the SlowStep built."""
+        heap = self.slowest
+        if len(heap) >= SLOWEST_KEPT and rec.step_ms <= heap[0][0]:
+            return slow
+        slow = slow or SlowStep(rec.step, rec.step_ms, excess_phase(rec.phases, ()))
+        item = (rec.step_ms, rec.step, slow)
+        if len(heap) < SLOWEST_KEPT:
+            heapq.heappush(heap, item)
+        else:
+            heapq.heapreplace(heap, item)
+        return slow
+
+    def top(self) -> tuple[SlowStep, ...]:
+        """The kept slowest steps, slowest first."""
+        return tuple(s for _, _, s in sorted(self.slowest, key=lambda t: (-t[0], t[1])))
+
+    @classmethod
+    def merged(cls, parts: Iterable[SpikeTotals]) -> SpikeTotals:
+        out = cls()
+        for part in parts:
+            out.count += part.count
+            out.total_ms += part.total_ms
+            out.phases.merge(part.phases)
+            for item in part.slowest:
+                if len(out.slowest) < SLOWEST_KEPT:
+                    heapq.heappush(out.slowest, item)
+                elif item[0] > out.slowest[0][0]:
+                    heapq.heapreplace(out.slowest, item)
+        return out
+
+
+def period(steps: Sequence[int]) -> tuple[int, int] | None:
+    """(period P, spikes on it) when most spikes sit on one lattice r + k*P; else None.
+
+    Candidates are each spike's distance to its next PERIOD_LOOKAHEAD spikes; the most common
+    (the smallest on ties) wins if at least PERIOD_MIN_HITS spikes, and PERIOD_MIN_FRACTION of
+    all, share one residue mod P.
+    """
+    ordered = sorted(set(steps))
+    gaps: Counter[int] = Counter()
+    for i, s in enumerate(ordered):
+        for t in ordered[i + 1 : i + 1 + PERIOD_LOOKAHEAD]:
+            gaps[t - s] += 1
+    if not gaps:
+        return None
+    best = min(gaps.items(), key=lambda kv: (-kv[1], kv[0]))[0]
+    if best < 2:
+        return None
+    hits = Counter(s % best for s in ordered).most_common(1)[0][1]
+    if hits < PERIOD_MIN_HITS or hits < PERIOD_MIN_FRACTION * len(ordered):
+        return None
+    return best, hits
+
+
+@dataclass(frozen=True, slots=True)
+class SpikeWindow:
+    """The spikes of one rank's window, and what they cost. Built by RunStore."""
+
+    count: int
+    """Spike steps in the window (0: none, the numbers below are then 0 / None / ())."""
+    total_ms: float
+    """Their summed step time."""
+    share: float
+    """Their share 0..1 of the window's summed step time (all steps)."""
+    phase_ms: tuple[float | None, ...]
+    """Mean ms per phase over the spike steps; None = not measured."""
+    phase: Phase | None
+    """The phase the spikes spent their extra time in (furthest above the typical step)."""
+    period_steps: int | None
+    """Steps between spikes when most of them repeat on one period; None otherwise."""
+    periodic: int
+    """Spikes on that period (0 without one)."""
+    periodic_ms: float | None
+    """Median ms of the spikes on the period (of all listed spikes without one)."""
+    listed: tuple[SlowStep, ...]
+    """The most recent spikes of the window (at most LOG_KEPT), in step order."""
+
+    @property
+    def mean_ms(self) -> float | None:
+        return self.total_ms / self.count if self.count else None
+
+
+def spike_window(
+    totals: SpikeTotals,
+    window_ms: float,
+    listed: Sequence[SlowStep],
+    typical_phase_ms: Sequence[float | None],
+) -> SpikeWindow:
+    """Summarise `totals` (and the spikes `listed`) over a window of `window_ms` step time."""
+    found = period([s.step for s in listed])
+    on = [s for s in listed if found and s.step % found[0] == _residue(listed, found[0])]
+    chosen = sorted(s.ms for s in (on or listed))
+    means = totals.phases.means()
+    return SpikeWindow(
+        count=totals.count,
+        total_ms=totals.total_ms,
+        share=totals.total_ms / window_ms if window_ms > 0 else 0.0,
+        phase_ms=means,
+        phase=_extra_phase(means, typical_phase_ms) if totals.count else None,
+        period_steps=found[0] if found else None,
+        periodic=found[1] if found else 0,
+        periodic_ms=chosen[len(chosen) // 2] if chosen else None,
+        listed=tuple(listed),
+    )
+
+
+def _residue(listed: Sequence[SlowStep], p: int) -> int:
+    return Counter(s.step % p for s in listed).most_common(1)[0][0]
+
+
+def _extra_phase(
+    spike_ms: Sequence[float | None], typical_ms: Sequence[float | None]
+) -> Phase | None:
+    extra = [
+        (s - (t or 0.0), i)
+        for i, (s, t) in enumerate(zip(spike_ms, typical_ms, strict=True))
+        if s is not None
+    ]
+    return PHASES[max(extra)[1]] if extra else None
