@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 import sys
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
@@ -21,6 +21,7 @@ from traceml.analysis.rules_ranks import rank_lags
 from traceml.analysis.stats import median
 from traceml.config import DEFAULT_THRESHOLDS, Thresholds
 from traceml.errors import TraceMLError
+from traceml.export.metrics import latest_memory
 from traceml.records import PHASES
 from traceml.transport.subscribe.runs import list_runs
 
@@ -49,17 +50,18 @@ class Tracker(Protocol):
 
 
 def _memory(store: RunStore, view: RunView) -> dict[str, float | None]:
-    last = [recs[-1] for r in view.ranks if (recs := store.recent(r.rank, 1))]
-    rss = [x.host_rss_mb for x in last if x.host_rss_mb is not None]
-    alloc = [x.device_allocated_mb for x in last if x.device_allocated_mb is not None]
-    reserved = [x.device_reserved_mb for x in last if x.device_reserved_mb is not None]
+    mems = [latest_memory(store, r.rank) for r in view.ranks]
     peaks = [r.device_peak_allocated_mb for r in view.active if r.device_peak_allocated_mb]
     return {
-        "step_memory/host_rss_mb": max(rss, default=None),
-        "step_memory/device_allocated_mb": max(alloc, default=None),
-        "step_memory/device_reserved_mb": max(reserved, default=None),
+        "step_memory/host_rss_mb": _most(m.host_rss_mb for m in mems),
+        "step_memory/device_allocated_mb": _most(m.device_allocated_mb for m in mems),
+        "step_memory/device_reserved_mb": _most(m.device_reserved_mb for m in mems),
         "step_memory/device_peak_allocated_mb": max(peaks, default=None),
     }
+
+
+def _most(values: Iterable[float | None]) -> float | None:
+    return max((v for v in values if v is not None), default=None)
 
 
 def live_metrics(

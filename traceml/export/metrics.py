@@ -150,7 +150,39 @@ def _ratio(pct: float | None) -> float | None:
     return None if pct is None else pct / 100.0
 
 
-def _step_values(w: RankWindow, last: StepRecord | None) -> Iterator[tuple[Metric, float | None]]:
+LATEST_OF = 64
+"""Records searched back for the latest memory reading: host RSS is read at most every 10 ms
+(traceml.instrument.timer.RSS_INTERVAL_NS), so a 1 ms step often carries none."""
+
+
+@dataclass(frozen=True, slots=True)
+class Memory:
+    """A rank's latest memory readings in MiB; None = not measured in the last LATEST_OF steps."""
+
+    host_rss_mb: float | None = None
+    device_allocated_mb: float | None = None
+    device_reserved_mb: float | None = None
+
+
+def _latest(records: list[StepRecord], field: str) -> float | None:
+    for rec in reversed(records):
+        value: float | None = getattr(rec, field)
+        if value is not None:
+            return value
+    return None
+
+
+def latest_memory(store: RunStore, rank: int) -> Memory:
+    """The newest reading of each memory field among the rank's last LATEST_OF records."""
+    recent = store.recent(rank, LATEST_OF)
+    return Memory(
+        _latest(recent, "host_rss_mb"),
+        _latest(recent, "device_allocated_mb"),
+        _latest(recent, "device_reserved_mb"),
+    )
+
+
+def _step_values(w: RankWindow, mem: Memory) -> Iterator[tuple[Metric, float | None]]:
     yield STEPS, float(w.total_steps)
     yield STEP_MEDIAN, _seconds(w.median_ms)
     yield STEP_P95, _seconds(w.p95_ms)
@@ -158,9 +190,9 @@ def _step_values(w: RankWindow, last: StepRecord | None) -> Iterator[tuple[Metri
     yield COMM_WAIT, _seconds(w.comm_wait_ms)
     yield COMM_SHARE, w.comm_wait_share
     yield DROPPED, float(w.dropped)
-    yield HOST_RSS, _bytes(last.host_rss_mb if last else None)
-    yield DEVICE_ALLOCATED, _bytes(last.device_allocated_mb if last else None)
-    yield DEVICE_RESERVED, _bytes(last.device_reserved_mb if last else None)
+    yield HOST_RSS, _bytes(mem.host_rss_mb)
+    yield DEVICE_ALLOCATED, _bytes(mem.device_allocated_mb)
+    yield DEVICE_RESERVED, _bytes(mem.device_reserved_mb)
     yield DEVICE_PEAK, _bytes(w.device_peak_allocated_mb)
     yield DEVICE_CAPACITY, _bytes(w.device_capacity_mb)
 
@@ -184,8 +216,7 @@ def _rank_samples(
     store: RunStore, view: RunView, w: RankWindow, lag: float | None
 ) -> Iterator[Sample]:
     labels = rank_labels(view, w)
-    recent = store.recent(w.rank, 1)
-    values = list(_step_values(w, recent[-1] if recent else None))
+    values = list(_step_values(w, latest_memory(store, w.rank)))
     values.append((RANK_LAG, lag))
     system = store.last_system(w.rank)
     if system is not None:

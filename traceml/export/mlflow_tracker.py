@@ -75,8 +75,9 @@ def open_mlflow(
     Raises:
         ConfigError: mlflow is not installed, or the tracking server refused.
     """
-    client = _tracking().MlflowClient(tracking_uri)
+    tracking = _tracking()
     try:
+        client = tracking.MlflowClient(tracking_uri)
         if mlflow_run:
             client.get_run(mlflow_run)
             return MlflowTracker(client, mlflow_run, owned=False)
