@@ -32,6 +32,8 @@ _by_run = False
 """True when `traceml run` started TraceML before the script: the script's own init is expected."""
 _lock = threading.Lock()
 _NULL: contextlib.nullcontext[None] = contextlib.nullcontext()
+CUDA_RECHECK_MASK = 255
+"""A CPU model is looked at again every 256 steps, in case it was moved to a GPU since."""
 
 OWNER_ENV = "TRACEML_RUN_OWNER"
 """`<pid>:<rank>:<fingerprint of IDENTITY_ENV>` of the process that took that identity."""
@@ -182,6 +184,8 @@ def trace_step(model: Any = None) -> contextlib.AbstractContextManager[None]:
         s.last_model_id = id(model)
         if model is not None:
             s.watch_model(model)
+    elif not s.cuda_checked and not s.timer.step & CUDA_RECHECK_MASK and model is not None:
+        s.check_cuda(model)  # `model.to("cuda")` after its first step
     ctx: StepContext = s.step_ctx
     return ctx
 

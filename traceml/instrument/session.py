@@ -65,8 +65,12 @@ class Session:
         self.step_ctx: Any = None
         self._torch: Any = None
         self._cuda_on = False
+        self.cuda_checked = False
+        """True once CUDA events are in use: trace_step stops looking for a model moved to a GPU."""
         self._prev_term: Any = None
         self._prev_excepthook: Any = None
+        self.error: tuple[str, str] | None = None
+        """(type name, message) of the exception that ended the script; kept in the summary."""
 
     # -- start -------------------------------------------------------------------------------
     def start(self) -> None:
@@ -77,6 +81,7 @@ class Session:
         if self.settings.mode == "auto":
             self.hooks.install_auto(torch, h2d=False)
         self.info = self._rank_info(torch)
+        self.cuda_checked = not self.info.device.startswith("cuda")  # no GPU: nothing to look for
         _preload_finish()
         self.worker = TxWorker(self._worker_parts())
         self.worker.start()
@@ -147,7 +152,14 @@ class Session:
             if self.settings.publish:
                 from traceml.transport.publish.publisher import Publisher
 
-                sinks.append(Publisher(info, self.settings, self.settings.runtime_dir))
+                sinks.append(
+                    Publisher(
+                        info,
+                        self.settings,
+                        self.settings.runtime_dir,
+                        timeline=lambda: store.timeline_wire(info.rank),
+                    )
+                )
             if info.world_size > 1:
                 from traceml.instrument.job import JobLink
                 from traceml.transport.runfiles.rundir import resolve_runtime_dir
@@ -180,8 +192,12 @@ class Session:
             return
         if self.settings.mode == "auto":
             self.hooks.watch_model(model)
+        self.check_cuda(model)
+
+    def check_cuda(self, model: Any) -> None:
+        """Use CUDA events from now on if `model` is on a GPU (also after a late `.to("cuda")`)."""
         if not self._cuda_on and _on_cuda(model):
-            self._enable_cuda(torch)
+            self._enable_cuda(self._torch)
 
     def _enable_cuda(self, torch: Any) -> None:
         from traceml.instrument.cuda import CudaMarker, EventPool, torch_event_factory
@@ -192,7 +208,7 @@ class Session:
         self.timer.use_cuda(marker.record, CudaMemory(torch).read)
         if self.settings.mode == "auto":
             self.hooks.install_h2d(torch)
-        self._cuda_on = True
+        self._cuda_on = self.cuda_checked = True
 
     # -- failure and exit --------------------------------------------------------------------
     def _on_error(self, err: BaseException) -> None:
@@ -207,6 +223,8 @@ class Session:
         self, etype: type[BaseException], value: BaseException, tb: TracebackType | None
     ) -> None:
         self.exit = "signal" if issubclass(etype, KeyboardInterrupt) else "error"
+        if self.exit == "error":
+            self.error = (etype.__name__, _message(value))
         (self._prev_excepthook or sys.__excepthook__)(etype, value, tb)
 
     def _on_sigterm(self, signum: int, frame: FrameType | None) -> None:
@@ -252,7 +270,7 @@ class Session:
         worker = self.worker
         if worker is None or not worker.is_alive():
             return
-        end = RankEnd(self.info.rank if self.info else 0, self.exit, 0, time.time())
+        end = RankEnd(self.info.rank if self.info else 0, self.exit, 0, time.time(), self.error)
         if not worker.stop(end, SHUTDOWN_TIMEOUT_S):
             warn_once(
                 "shutdown", "background thread did not finish in time; summary may be missing"
@@ -275,6 +293,19 @@ class Session:
 
         assert self.worker is not None and self.info is not None
         return write_rank_summary(self.settings, self.info, self.worker.p.store, end)
+
+
+ERROR_MESSAGE_CHARS = 500
+"""Most characters of an exception's message the summary keeps (a few KB, whatever it says)."""
+
+
+def _message(value: BaseException) -> str:
+    """The exception's message, never raising (a broken __str__ is not our business)."""
+    try:
+        text = str(value)
+    except Exception:  # noqa: BLE001 - user code
+        text = "<message unavailable>"
+    return text if len(text) <= ERROR_MESSAGE_CHARS else text[: ERROR_MESSAGE_CHARS - 3] + "..."
 
 
 def _preload_finish() -> None:
