@@ -152,6 +152,7 @@ def _wandb_history(run_dir: Path) -> list[dict[str, Any]]:
     return rows
 
 
+@pytest.mark.slow  # wandb.init starts wandb-core, a subprocess
 def test_wandb_offline_run(tmp_path: Path, loop: TxLoop, monkeypatch: pytest.MonkeyPatch) -> None:
     from traceml.export.wandb_tracker import open_wandb
 
