@@ -43,7 +43,7 @@ def with_states(snap: Snapshot, **states: str) -> Snapshot:
         ({}, "live", "live", "-live"),
         ({"r1": "stalled"}, "stalled", "1 of 4 ranks stalled", "-stale"),
         ({"r0": "dead", "r2": "dead"}, "dead", "2 of 4 ranks dead", "-dead"),
-        ({f"r{r}": "dead" for r in range(4)}, "dead", "dead", "-dead"),
+        ({f"r{r}": "dead" for r in range(4)}, "dead", "dead for 0 s", "-dead"),
         ({"r1": "stalled", "r2": "dead"}, "dead", "1 of 4 ranks dead", "-dead"),
     ],
 )

@@ -10,6 +10,7 @@ from __future__ import annotations
 import bisect
 import dataclasses
 import math
+import signal
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -27,7 +28,9 @@ if TYPE_CHECKING:
     from traceml.analysis.view import RankWindow, RunView
     from traceml.records import StepRecord, SystemSample
 
-SnapshotSource = Literal["live", "summary"]
+SnapshotSource = Literal["live", "summary", "files"]
+"""live: from the run's sockets; summary: its final_summary.json; files: only its run files (a
+run that died without a summary: what `traceml ls` knows, nothing more)."""
 RECENT_STEPS = 100
 """Steps of the charted ranks a snapshot carries for the "last 100 steps" charts."""
 STATE_ORDER = {"dead": 0, "stalled": 1, "live": 2, "finished": 3}
@@ -103,6 +106,9 @@ class Snapshot:
     charts' "last 100 steps"); absent = not carried."""
     known_steps: int | None = None
     """Steps the run files say the run has made, before its history arrived; None = unknown."""
+    known: Mapping[str, Any] | None = None
+    """For source "files": what the run files say (last step ms, primary finding kind, when the
+    last step ended); None otherwise."""
 
     @property
     def worst(self) -> int | None:
@@ -182,16 +188,49 @@ def _count(view: RunView, state: str) -> int:
     return sum(1 for r in view.ranks if r.state == state)
 
 
+def exit_words(status: int) -> str:
+    """A script's exit status as the header says it: 0 is "ok", like a summary's `run.exit`."""
+    if status == 0:
+        return "finished (ok)"
+    if status > 128:
+        try:
+            name = signal.Signals(status - 128).name
+        except ValueError:
+            name = f"signal {status - 128}"
+        hint = " (out of memory?)" if name == "SIGKILL" else ""
+        return f"killed by {name}{hint} (exit {status})"
+    return f"finished (exit {status})"
+
+
+RUN_EXIT_WORDS = {
+    "ok": "finished (ok)",
+    "error": "finished (error)",
+    "signal": "stopped by a signal",
+    "killed": "killed (out of memory?)",
+}
+"""A summary's or rank end's `exit` kind, as the header says it."""
+
+
 def _ended(snap: Snapshot) -> RunState | None:
     if snap.child_exit is not None:
-        return RunState("finished", f"finished (exit {snap.child_exit})", "-finished")
+        return RunState("finished", exit_words(snap.child_exit), "-finished")
     if snap.source == "summary":
-        return RunState("finished", f"finished ({snap.run_exit or 'unknown exit'})", "-finished")
+        text = RUN_EXIT_WORDS.get(snap.run_exit or "", f"finished ({snap.run_exit or '?'})")
+        return RunState("finished", text, "-finished")
     ranks = snap.view.ranks
     if ranks and all(r.state == "finished" for r in ranks):
-        exits = sorted({r.exit for r in ranks if r.exit is not None})
-        return RunState("finished", f"finished ({', '.join(exits) or 'ok'})", "-finished")
+        exits = sorted({r.exit for r in ranks if r.exit is not None}) or ["ok"]
+        words = [RUN_EXIT_WORDS.get(e, e) for e in exits]
+        return RunState("finished", ", ".join(words), "-finished")
     return None
+
+
+def age(seconds: float) -> str:
+    """12 s, 5 min, 3 h, 2 d."""
+    for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):
+        if seconds >= size:
+            return f"{int(seconds // size)} {unit}"
+    return f"{max(0, int(seconds))} s"
 
 
 def _trouble(snap: Snapshot, now: float) -> RunState | None:
@@ -199,6 +238,8 @@ def _trouble(snap: Snapshot, now: float) -> RunState | None:
     dead, stalled = _count(view, "dead"), _count(view, "stalled")
     if dead:
         text = "dead" if dead == n else f"{dead} of {n} ranks dead"
+        if dead == n and snap.last_data_at is not None:
+            text += f" for {age(now - snap.last_data_at)}"
         return RunState("dead", text, "-dead")
     if stalled:
         text = "stalled" if stalled == n else f"{stalled} of {n} ranks stalled"
@@ -218,9 +259,20 @@ def run_state(snap: Snapshot | None, now: float) -> RunState:
     trouble = _trouble(snap, now)
     if trouble is not None:
         return trouble
+    if snap.view.total_steps == 0 and snap.known_steps:
+        return RunState(
+            "waiting", f"fetching the history ({snap.known_steps:,} steps)…", "-waiting"
+        )
     if snap.view.total_steps == 0:
         return RunState("waiting", "waiting for the first step…", "-waiting")
     return RunState("live", "live", "-live")
+
+
+def is_over(snap: Snapshot) -> bool:
+    """True when nothing more will come: finished, or every rank dead."""
+    word = run_state(snap, snap.taken_at).word
+    every_rank_dead = _count(snap.view, "dead") == len(snap.view.ranks)
+    return word == "finished" or (word == "dead" and every_rank_dead)
 
 
 def no_steps_text(snap: Snapshot | None) -> str | None:
@@ -229,6 +281,27 @@ def no_steps_text(snap: Snapshot | None) -> str | None:
         return "Waiting for the run…"
     if snap.view.steps > 0:
         return None
+    if snap.source == "files":
+        return files_text(snap)
     if run_state(snap, snap.taken_at).word == "finished":
         return "No steps to show: the run ended before this viewer saw any (see its summary)."
+    if snap.known_steps:
+        return f"Fetching the run's history ({snap.known_steps:,} steps so far)…"
     return "Waiting for the first step…"
+
+
+def files_text(snap: Snapshot) -> str:
+    """What the run files tell of a run that died without a summary."""
+    known = snap.known or {}
+    steps = snap.view.total_steps
+    parts = [
+        f"The run died after {steps:,} steps" if steps else "The run died before its first step"
+    ]
+    if known.get("last_step_ms") is not None:
+        parts.append(f"its last step took {known['last_step_ms']:.1f} ms")
+    if known.get("primary"):
+        parts.append(f"its diagnosis then was {known['primary']}")
+    text = "; ".join(parts) + "."
+    if snap.last_data_at is not None:
+        text += f" Its last sign of life was {age(snap.taken_at - snap.last_data_at)} ago."
+    return text + " It left no summary, and no process is left to ask for more."

@@ -18,6 +18,7 @@ from traceml.transport.runfiles.rundir import RunDir
 from traceml.transport.subscribe.fold import apply_event, apply_events
 from traceml.transport.subscribe.runs import RunEntry, resolve_run
 from traceml.transport.wire.events import Event
+from traceml_tui.files_snapshot import from_entry
 from traceml_tui.summary_snapshot import from_summary
 
 if TYPE_CHECKING:
@@ -108,8 +109,8 @@ def open_run(
     wait: bool = False,
     cancelled: Callable[[], bool] = lambda: False,
 ) -> Source | Snapshot:
-    """The run named `ref` for the feed: a Source while it may still publish, else (finished,
-    with a summary on disk) a fixed Snapshot of its summary.
+    """The run named `ref` for the feed: a Source while it may still publish, else a fixed
+    Snapshot: of its summary (finished), or of its run files (dead without a summary).
 
     Raises:
         RunNotFoundError: see `find_run`.
@@ -120,4 +121,6 @@ def open_run(
     summary = run.summary_path
     if run.state == "finished" and summary is not None and summary.is_file():
         return from_summary(load_summary(summary))
+    if run.rank_states and all(s in ("dead", "finished") for s in run.rank_states.values()):
+        return from_entry(run)  # nobody is left to answer: show what the files know
     return SubscriberSource(run)

@@ -11,7 +11,7 @@ from textual.reactive import reactive
 from textual.widget import Widget
 
 from traceml_tui.format import clock
-from traceml_tui.snapshot import RunState, Snapshot, run_state
+from traceml_tui.snapshot import RunState, Snapshot, is_over, run_state
 
 STATE_STYLE = {
     "-live": "bold $success",
@@ -39,8 +39,9 @@ def _elapsed(snap: Snapshot, state: RunState) -> str:
         return f"ran {clock(snap.duration_s)}"
     if snap.started is None:
         return "up n/a"
-    end = snap.last_data_at if state.word == "finished" and snap.last_data_at else snap.taken_at
-    return f"up {clock(end - snap.started)}"
+    if is_over(snap) and snap.last_data_at:  # the clock stops with the run
+        return f"ran {clock(snap.last_data_at - snap.started)}"
+    return f"up {clock(snap.taken_at - snap.started)}"
 
 
 def header_content(

@@ -14,7 +14,7 @@ from textual.widget import Widget
 
 from traceml.records import SystemSample
 from traceml_tui.format import mb, value
-from traceml_tui.snapshot import Snapshot
+from traceml_tui.snapshot import Snapshot, is_over
 
 STALE_SAMPLE_S = 5.0
 """A sample older than this (the sampler runs at 1 Hz) is marked stale."""
@@ -75,7 +75,9 @@ class SystemPanel(Widget, can_focus=True):
         self.border_title = "System" if rank is None else f"System · rank {rank}"
         sample = snap.system.get(rank) if rank is not None else None
         age = snap.taken_at - sample.t if sample is not None else None
+        # After the run is over, an old sample is expected: it is the last one, not a stale one.
         stale = age is not None and age > STALE_SAMPLE_S and snap.source == "live"
+        stale = stale and not is_over(snap)
         self.set_class(sample is None and snap.summary is None, "-waiting")
         self.set_class(stale, "-stale")
         self._lines = self._text(snap, sample, age if stale else None)
@@ -86,10 +88,14 @@ class SystemPanel(Widget, can_focus=True):
     ) -> list[str]:
         if snap.summary is not None:
             return summary_lines(snap.summary["system"])
+        if sample is None and snap.source == "files":
+            return ["No system sample: the run died before this viewer could ask."]
         if sample is None:
             return ["Waiting for the first system sample…"]
         lines = sample_lines(sample)
-        if stale_s is not None:
+        if is_over(snap):
+            lines.append("(the last sample before the run ended)")
+        elif stale_s is not None:
             lines.append(f"No system sample for {stale_s:.0f} s")
         return lines
 
