@@ -56,17 +56,55 @@ def _layout(fig: go.Figure, title: str, height: int, **more: Any) -> go.Figure:
 
 
 def timeline(summary: Mapping[str, Any]) -> list[Window]:
-    """The summary's timeline windows in step order; [] for a summary written without one.
+    """The summary's timeline as one dict per window, in step order; [] when it has none.
 
-    Accepts the list itself or an object holding it under "windows" (one rank's, or the job's).
+    final_summary.json keeps it as columns (`{"rank", "first_step": [...], "mean_ms": [...],
+    "phase_ms": {phase: [...]}, ...}`, a column null when nothing measured it); a list of
+    window dicts (TimelineWindow.to_json) is taken as it is.
     """
     raw = summary.get("timeline")
-    if isinstance(raw, Mapping):
-        raw = raw.get("windows")
+    if isinstance(raw, Mapping) and isinstance(raw.get("first_step"), list):
+        raw = _rows(raw)
     if not isinstance(raw, list):
         return []
     windows = [w for w in raw if isinstance(w, Mapping) and "first_step" in w]
     return sorted(windows, key=lambda w: w["first_step"])
+
+
+def timeline_rank(summary: Mapping[str, Any]) -> int | None:
+    """Whose timeline the summary holds (the median rank's), when it says so."""
+    raw = summary.get("timeline")
+    rank = raw.get("rank") if isinstance(raw, Mapping) else None
+    return rank if isinstance(rank, int) else None
+
+
+TIMELINE_FIELDS = (
+    "first_step",
+    "last_step",
+    "steps",
+    "mean_ms",
+    "p50_ms",
+    "p95_ms",
+    "max_ms",
+    "host_rss_mb",
+    "device_allocated_mb",
+)
+
+
+def _cell(column: Any, i: int) -> Any:
+    return column[i] if isinstance(column, list) and i < len(column) else None
+
+
+def _rows(columns: Mapping[str, Any]) -> list[dict[str, Any]]:
+    phases = columns.get("phase_ms")
+    phases = phases if isinstance(phases, Mapping) else {}
+    return [
+        {
+            **{key: _cell(columns.get(key), i) for key in TIMELINE_FIELDS},
+            "phase_ms": {name: _cell(phases.get(name), i) for name in PHASES},
+        }
+        for i in range(len(columns["first_step"]))
+    ]
 
 
 def _phase_of(window: Window, name: str) -> float | None:

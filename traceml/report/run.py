@@ -33,7 +33,12 @@ def _over_time(summary: Mapping[str, Any]) -> str:
     if not windows:
         return _section("Over the run", f'<p class="note">{esc(NO_TIMELINE)}</p>')
     first, last = windows[0]["first_step"], windows[-1]["last_step"]
-    note = f'<p class="muted">steps {first}-{last} in {len(windows)} windows (warm-up included)</p>'
+    rank = charts.timeline_rank(summary)
+    whose = "" if rank is None else f" of rank {rank} (the median rank)"
+    note = (
+        f'<p class="muted">steps {first}-{last}{esc(whose)} in {len(windows)} windows,'
+        " warm-up and slow steps included</p>"
+    )
     return _section(
         "Over the run",
         note,
