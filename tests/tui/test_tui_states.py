@@ -6,16 +6,16 @@ import dataclasses
 import time
 from pathlib import Path
 
-from tests.tui.fixtures import T0, CannedRun, finished_store, snapshot_of, until
+from tests.tui.fixtures import T0, CannedRun, finished_store, snapshot_of, store_of, until
 from tests.tui.test_tui_panels import text
 from tests.unit._runfiles import dead_pid, write_run
 from traceml.analysis.store import RunStore
 from traceml.records import SystemSample
 from traceml_tui.app import TraceMLApp
-from traceml_tui.snapshot import exit_words, from_store, run_state
+from traceml_tui.snapshot import exit_words, from_store, run_state, stall_text
 from traceml_tui.source import open_run
 from traceml_tui.summary_snapshot import from_summary
-from traceml_tui.widgets.diagnosis import DiagnosisPanel
+from traceml_tui.widgets.diagnosis import DiagnosisPanel, diagnosis_content
 from traceml_tui.widgets.header import RunHeader
 from traceml_tui.widgets.system import SystemPanel
 
@@ -74,3 +74,17 @@ async def test_a_dead_run_shows_what_its_files_know(runtime_dir: Path) -> None:
         app.main.show(dataclasses.replace(shown, taken_at=time.time() + 60))
         await pilot.pause()
         assert "ran 1:00" in text(app.main.query_one(RunHeader)), "no counting up"
+
+
+def test_a_stalled_rank_says_for_how_long_no_step_ended() -> None:
+    run = CannedRun()
+    store = store_of(run)
+    store.set_rank_state(1, "stalled")
+    last_end = T0 + (run.steps - 1) * 0.027 + 0.03
+    snap = from_store(store, now=last_end + 25, last_data_at=last_end + 24)
+    assert snap.worst == 1, "a stalled rank is listed (and charted) first"
+    stall = stall_text(snap)
+    assert stall is not None
+    assert stall.startswith("rank 1 stalled: no step ended for 25 s after step 120")
+    assert "⚠ rank 1 stalled" in diagnosis_content(snap).plain
+    assert stall_text(snapshot_of()) is None

@@ -275,6 +275,26 @@ def is_over(snap: Snapshot) -> bool:
     return word == "finished" or (word == "dead" and every_rank_dead)
 
 
+def stall_text(snap: Snapshot) -> str | None:
+    """ "rank 1 stalled: no step ended for 25 s (its steps took 27 ms)"; None unless stalled.
+
+    The time comes from the stalled rank's last step record (the worst rank's recent steps ride
+    in every snapshot, and a stalled rank is the worst)."""
+    stalled = [r for r in snap.view.ranks if r.state == "stalled"]
+    if not stalled:
+        return None
+    worst = snap.worst
+    rank = next((r for r in stalled if r.rank == worst), stalled[0])
+    head = f"rank {rank.rank} stalled" if len(snap.view.ranks) > 1 else "stalled"
+    recent = snap.recent.get(rank.rank, ())
+    if not recent:
+        return f"{head}: heartbeats come, but no step ended since this viewer attached"
+    last = recent[-1]
+    quiet = snap.taken_at - (last.wall_start + last.step_ms / 1000)
+    usual = f" (its steps took {rank.median_ms:.1f} ms)" if rank.median_ms is not None else ""
+    return f"{head}: no step ended for {age(quiet)} after step {last.step + 1:,}{usual}"
+
+
 def no_steps_text(snap: Snapshot | None) -> str | None:
     """Why the panels have no step to draw, in words; None when they have some."""
     if snap is None:

@@ -12,7 +12,7 @@ from textual.content import Content
 from textual.reactive import reactive
 from textual.widget import Widget
 
-from traceml_tui.snapshot import Snapshot, no_steps_text
+from traceml_tui.snapshot import Snapshot, no_steps_text, stall_text
 
 if TYPE_CHECKING:
     from traceml.records import Finding
@@ -59,7 +59,9 @@ def diagnosis_content(snap: Snapshot | None) -> Content:
         return Content("No findings in this summary.")
     primary = diag.primary
     others = [f for f in diag.findings if not _same(f, primary) and f.kind != "BALANCED"]
-    lines = _primary(primary)
+    stall = stall_text(snap)
+    lines = [Content.styled(f"⚠ {stall}", "bold $warning")] if stall else []
+    lines += _primary(primary)
     if others:
         lines.append(Content.styled("Other findings", "bold"))
         lines += [line for f in others[:MAX_OTHERS] for line in _other(f)]
