@@ -153,9 +153,12 @@ async def test_a_finished_run_opens_from_its_summary() -> None:
         assert "finished (ok)" in header and "ran 0:03" in header
         assert "INPUT_BOUND" in text(screen.query_one(DiagnosisPanel))
         assert "whole run after warm-up" in (screen.query_one(PhaseBars).border_subtitle or "")
-        assert "a summary keeps no per-step series" in text(
-            screen.query_one(MemoryPanel).query_one(".note", Static)
-        )
+        assert "host RSS peak" in text(screen.query_one(MemoryPanel).query_one(".note", Static))
+        chart = screen.query_one(StepChartPanel)
+        assert chart.scope == "run", "a summary opens on the whole run"
+        data = chart.chart.data
+        assert data is not None and data.steps == 120, "the summary's timeline, warm-up included"
+        assert screen.query_one(MemoryPanel).chart.data is not None
         assert "avg" in text(screen.query_one(SystemPanel))
         assert screen.query_one(RankTable).table.get_cell("3", "state").plain == "finished"
 

@@ -1,7 +1,8 @@
 """A Snapshot of a finished run, built from its final_summary.json (DESIGN.md section 5).
 
-The summary keeps no per-step series, so memory graphs are absent and the panels say so. Pure
-translation of an already loaded and schema-checked summary dict: no I/O, no torch.
+The summary keeps no single steps, only the median rank's whole-run timeline (schema 1.1), which
+becomes that rank's RankWindow.timeline so the charts show the whole run. Pure translation of an
+already loaded and schema-checked summary dict: no I/O, no torch.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from types import MappingProxyType
 from typing import Any
 
 from traceml.analysis.diagnose import Diagnosis
+from traceml.analysis.timeline import TimelineWindow, windows_of_columns
 from traceml.analysis.view import RankWindow, RunView
 from traceml.records import PHASES, Finding
 from traceml_tui.snapshot import PhaseSplit, Snapshot
@@ -26,7 +28,36 @@ def _shares(obj: Mapping[str, Any]) -> tuple[float | None, ...]:
     return tuple(_share(obj, p) for p in PHASES)
 
 
-def _rank(entry: Mapping[str, Any]) -> RankWindow:
+def _window(w: Mapping[str, Any]) -> TimelineWindow | None:
+    """One window of the summary's columnar timeline; None when its step time is missing."""
+    if w.get("mean_ms") is None or w.get("first_step") is None:
+        return None
+    mean = float(w["mean_ms"])
+    phases = w.get("phase_ms") or {}
+    return TimelineWindow(
+        first_step=int(w["first_step"]),
+        last_step=int(w.get("last_step") or w["first_step"]),
+        steps=int(w.get("steps") or 1),
+        mean_ms=mean,
+        p50_ms=float(w.get("p50_ms") or mean),
+        p95_ms=float(w.get("p95_ms") or mean),
+        max_ms=float(w.get("max_ms") or mean),
+        phase_ms=tuple(None if phases.get(p) is None else float(phases[p]) for p in PHASES),
+        host_rss_mb=w.get("host_rss_mb"),
+        device_allocated_mb=w.get("device_allocated_mb"),
+    )
+
+
+def timeline_of(summary: Mapping[str, Any]) -> tuple[int | None, tuple[TimelineWindow, ...]]:
+    """(rank, windows) of the summary's timeline; (None, ()) when it has none."""
+    line = summary.get("timeline")
+    if not isinstance(line, Mapping) or line.get("rank") is None:
+        return None, ()
+    windows = (_window(w) for w in windows_of_columns(line))
+    return int(line["rank"]), tuple(w for w in windows if w is not None)
+
+
+def _rank(entry: Mapping[str, Any], timeline: tuple[TimelineWindow, ...] = ()) -> RankWindow:
     state = entry.get("state")
     return RankWindow(
         rank=int(entry["rank"]),
@@ -39,18 +70,25 @@ def _rank(entry: Mapping[str, Any]) -> RankWindow:
         state=state if state in ("live", "stalled", "dead", "finished") else "finished",
         exit=entry.get("exit"),
         dropped=int(entry.get("dropped") or 0),
+        timeline=timeline,
     )
 
 
 def _view(summary: Mapping[str, Any]) -> RunView:
     run = summary["run"]
+    charted, timeline = timeline_of(summary)
     return RunView(
         run_id=str(run["id"]),
         script=str(run.get("script") or ""),
         world_size=int(run.get("world_size") or 1),
         hosts=int(run.get("hosts") or 1),
         device=str(run.get("device") or "cpu"),
-        ranks=tuple(sorted((_rank(e) for e in summary["ranks"]), key=lambda r: r.rank)),
+        ranks=tuple(
+            sorted(
+                (_rank(e, timeline if e["rank"] == charted else ()) for e in summary["ranks"]),
+                key=lambda r: r.rank,
+            )
+        ),
         kind="summary",
     )
 

@@ -130,6 +130,8 @@ class MainScreen(Screen[None]):
     def _rank(self, snap: Snapshot) -> int | None:
         if self.focus_rank is not None and snap.rank(self.focus_rank) is not None:
             return self.focus_rank
+        if snap.source == "summary":  # the rank whose timeline the summary kept
+            return next((r.rank for r in snap.view.ranks if r.timeline), snap.worst)
         return snap.worst
 
     def chart_scope(self, snap: Snapshot) -> ChartScope:

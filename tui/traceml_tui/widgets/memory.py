@@ -63,7 +63,7 @@ def _summary_note(summary: Mapping[str, Any]) -> str:
         device = f"device peak {mb(mem['device_peak_allocated_mb'])}, "
     return (
         f"{mem['diagnosis']}: {device}host RSS peak {mb(mem.get('host_rss_peak_mb'))},"
-        f" growth {growth_text} (a summary keeps no per-step series)"
+        f" growth {growth_text}"
     )
 
 
