@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 TORCH_SPEC ?= torch==2.13.0
 
-.PHONY: install test lint check format demo bench bench-quick snapshots tui example clean
+.PHONY: install test lint check format demo bench bench-quick snapshots screenshot tui example clean
 
 install: $(BIN)/traceml
 
@@ -30,8 +30,13 @@ format: install
 
 check: format lint test
 
+# The live view in a terminal, progress lines and the card otherwise (traceml run decides).
 demo: install
-	$(BIN)/traceml run --no-live examples/input_bound.py
+	$(BIN)/traceml run examples/input_bound.py
+	@echo
+	@echo "Next: fix it and compare. Run 'make demo' again with more workers (num_workers in"
+	@echo "examples/input_bound.py), then 'traceml compare' the two traceml-runs/*/final_summary.json;"
+	@echo "'traceml ls --all' lists your runs, 'traceml show RUN_ID' prints a card again."
 
 example: demo
 
@@ -49,6 +54,10 @@ bench-quick: install
 
 snapshots: install
 	$(BIN)/pytest tests/tui --snapshot-update
+
+# docs/live-view.svg from a real run of examples/input_bound.py (no canned data).
+screenshot: install
+	$(BIN)/python tui/tools/screenshot.py docs/live-view.svg
 
 tui: install
 	$(BIN)/textual run --dev traceml_tui.app:TraceMLApp
