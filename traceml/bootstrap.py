@@ -21,12 +21,14 @@ def _script_frames(tb: TracebackType | None, script: str) -> TracebackType | Non
     return cur or tb
 
 
-def _mark_exit(kind: str) -> None:
+def _mark_exit(kind: str, error: BaseException | None = None) -> None:
     from traceml.api import current_session
 
     session = current_session()
     if session is not None:
         session.exit = kind  # type: ignore[assignment]
+        if error is not None:
+            session.note_error(error)
 
 
 def main(argv: list[str]) -> int:
@@ -49,7 +51,7 @@ def main(argv: list[str]) -> int:
         _mark_exit("signal")
         raise
     except BaseException as e:  # noqa: BLE001 - the script's own error, shown as Python would
-        _mark_exit("error")
+        _mark_exit("error", e)
         traceback.print_exception(type(e), e, _script_frames(e.__traceback__, script))
         return 1
     return 0

@@ -109,3 +109,16 @@ def test_store_views_carry_the_whole_run_timeline() -> None:
     assert live.steps == 100
     assert sum(w.steps for w in live.timeline) == 1_000
     assert store.summary_view().ranks[0].timeline == live.timeline
+
+
+def test_summary_columns_read_back_as_windows() -> None:
+    from traceml.analysis.timeline import timeline_columns, windows_of_columns
+
+    tl = Timeline()
+    tl.extend(rec(i, 10.0 + i % 5) for i in range(300))
+    windows = tl.windows(limit=64)
+    back = windows_of_columns(timeline_columns(windows))
+    assert [w["first_step"] for w in back] == [w.first_step for w in windows]
+    assert back[3]["phase_ms"]["between"] is None
+    assert back[3]["mean_ms"] == pytest.approx(windows[3].mean_ms, rel=0.01)
+    assert windows_of_columns(None) == []

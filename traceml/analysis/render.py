@@ -117,7 +117,7 @@ def _step_section(step: Mapping[str, Any], width: int) -> list[str]:
     return [
         f"Step time  {step['diagnosis']}",
         *_wrap(numbers, width),
-        *_wrap(_phases_basis(step), width),
+        *(_wrap(_phases_basis(step), width) if step.get("mean_ms") is not None else []),
         *_phase_lines(step, width),
     ]
 

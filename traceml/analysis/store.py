@@ -23,7 +23,7 @@ import itertools
 import math
 import threading
 from collections import deque
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from traceml.analysis.comm import CommTotals
 from traceml.analysis.spikes import LOG_KEPT, Baseline, SlowStep, SpikeTotals, spike_window
@@ -35,7 +35,7 @@ from traceml.analysis.stats import (
     WindowStats,
     quantile,
 )
-from traceml.analysis.timeline import Timeline
+from traceml.analysis.timeline import Timeline, TimelineWindow
 from traceml.analysis.view import RankState, RankWindow, RunView, ViewKind
 from traceml.config import DEFAULT_THRESHOLDS, Thresholds
 
@@ -71,6 +71,7 @@ class _Rank:
     __slots__ = (
         "baseline",
         "comm",
+        "covered",
         "dropped",
         "end",
         "evicted_max",
@@ -122,6 +123,8 @@ class _Rank:
         self.last_system: SystemSample | None = None
         self.timeline = Timeline()
         """The whole run in at most TIMELINE_WINDOWS windows (warm-up included)."""
+        self.covered = -1
+        """Last step of a timeline received in a snapshot; steps up to it are already in it."""
         self.version = 0
         """Bumped by every change a RankWindow shows (steps, info, end, state, dropped)."""
         self.live: tuple[int, int, RankWindow] | None = None
@@ -136,7 +139,8 @@ class _Rank:
         if rec.step in self.in_ring or rec.step <= self.evicted_max:
             return
         self._push(rec)
-        self.timeline.add(rec)
+        if rec.step > self.covered:
+            self.timeline.add(rec)
         self.version += 1
         self.last_step = max(self.last_step, rec.step)
         start = self.starts[bisect.bisect_right(self.starts, rec.step) - 1]
@@ -418,6 +422,27 @@ class RunStore:
         with self._lock:
             data = self._ranks.get(rank)
             return data.info if data else None
+
+    def timeline_wire(self, rank: int) -> list[Any]:
+        """The rank's timeline as TimelineWindow wire lists (for attach snapshots)."""
+        with self._lock:
+            data = self._ranks.get(rank)
+            return [w.to_wire() for w in data.timeline.windows()] if data else []
+
+    def seed_timeline(self, rank: int, wire: Sequence[object]) -> None:
+        """Replace the rank's timeline with one received in a snapshot; steps up to its last
+        are not folded into it again (the snapshot's records are already in it).
+
+        Raises:
+            SchemaError: a window is malformed.
+        """
+        windows = [TimelineWindow.from_wire(w) for w in wire]
+        with self._lock:
+            data = self._rank(rank)
+            data.timeline = Timeline()
+            data.timeline.seed(windows)
+            data.covered = max((w.last_step for w in windows), default=-1)
+            data.version += 1
 
     def end_errors(self) -> list[tuple[str, str]]:
         """(type, message) of the exceptions that ended ranks, in rank order."""

@@ -432,3 +432,29 @@ def timeline_columns(windows: Sequence[TimelineWindow]) -> dict[str, Any]:
         "host_rss_mb": _column(w.host_rss_mb for w in windows),
         "device_allocated_mb": _column(w.device_allocated_mb for w in windows),
     }
+
+
+def windows_of_columns(timeline: Any) -> list[dict[str, Any]]:
+    """final_summary.json's columnar timeline back as one dict per window (the fields of
+    TimelineWindow.to_json), oldest first; [] for anything else (a summary without one)."""
+    if not isinstance(timeline, dict) or not isinstance(timeline.get("first_step"), list):
+        return []
+    n = len(timeline["first_step"])
+
+    def column(values: Any) -> list[Any]:
+        return list(values) if isinstance(values, list) and len(values) == n else [None] * n
+
+    fields = ("first_step", "last_step", "steps", "mean_ms", "p50_ms", "p95_ms", "max_ms")
+    more = ("host_rss_mb", "device_allocated_mb")
+    cols = {f: column(timeline.get(f)) for f in (*fields, *more)}
+    raw = timeline.get("phase_ms")
+    phases: dict[str, Any] = raw if isinstance(raw, dict) else {}
+    phase_cols = {p: column(phases.get(p)) for p in PHASES}
+    return [
+        {
+            **{f: cols[f][i] for f in fields},
+            "phase_ms": {p: phase_cols[p][i] for p in PHASES},
+            **{f: cols[f][i] for f in more},
+        }
+        for i in range(n)
+    ]

@@ -14,6 +14,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -199,12 +200,50 @@ def run(args: argparse.Namespace) -> int:
     summary = check_summary_path(Path(args.summary).absolute() if args.summary else default)
     live = want_live(args)
     env = child_env(run_id, summary, args, live)
+    started = time.time()
     if live:
         code = start_live(child_command(args), env, run_id)
         if code < 0:
             return 0  # detached: the script runs on and will write its own summary
     else:
         code = wait_child(subprocess.Popen(child_command(args), env=env))
+    if code == KILLED_EXIT:
+        print("traceml: the script was killed by SIGKILL (out of memory?)", file=sys.stderr)
+        if not summary.exists():
+            write_killed_summary(summary, run_id, args, started)
     if summary.exists():
         print_card(summary)
     return code
+
+
+KILLED_EXIT = 128 + signal.SIGKILL
+"""A script killed by SIGKILL (the out-of-memory killer, most often): 137."""
+
+
+def write_killed_summary(path: Path, run_id: str, args: argparse.Namespace, started: float) -> None:
+    """What the launcher knows of a script that could not write its summary: how it ended,
+    and what its rank file last said (steps, median step, verdict)."""
+    from traceml.analysis.killed import killed_summary
+    from traceml.analysis.summary import write_summary
+    from traceml.transport.runfiles.rundir import RunDir, resolve_runtime_dir
+    from traceml.transport.runfiles.runfile import read_rank_file
+
+    try:
+        rank = read_rank_file(RunDir(resolve_runtime_dir(None), run_id).rank_json(0))
+    except (TraceMLError, OSError):
+        rank = None
+    summary = killed_summary(
+        run_id=run_id,
+        script=Path(args.script).name,
+        argv=list(args.args),
+        started=rank.info.started if rank and rank.info.started else started,
+        duration_s=time.time() - started,
+        device=rank.info.device if rank else "cpu",
+        steps=None if rank is None or rank.last_step is None else rank.last_step + 1,
+        median_ms=rank.median_step_ms if rank else None,
+        last_primary=rank.primary if rank else None,
+    )
+    try:
+        write_summary(summary, path)
+    except TraceMLError as err:
+        print(f"traceml: no summary written ({err.msg})", file=sys.stderr)

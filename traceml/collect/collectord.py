@@ -140,7 +140,8 @@ def write_job_summary(
 ) -> tuple[Path | None, str | None]:
     """Build the job's summary from the collected store and write it (with the fallbacks of
     instrument.finish). Rank 0's info and end describe the run; a rank 0 that never said its
-    end was killed, and the run's exit says "signal"."""
+    end was killed (SIGKILL: nothing else ends a rank without its end), and the run's exit says
+    "killed"."""
     from traceml.analysis.summary import build_summary
     from traceml.collect.finish import write_somewhere
 
@@ -153,7 +154,7 @@ def write_job_summary(
         argv=list(info.argv),
         started=info.started,
         duration_s=max(0.0, t_end - info.started) if info.started else 0.0,
-        exit=end.exit if end is not None else "signal",
+        exit=end.exit if end is not None else "killed",
         device=info.device,
         torch_version=info.torch_version,
     )

@@ -78,7 +78,13 @@ class JobCollector:
         self.store = store
         self.collector = Collector(run_id, endpoint, curve=curve)
         self._relays = (
-            Relays(settings, settings.runtime_dir, self.collector.remote, world_size)
+            Relays(
+                settings,
+                settings.runtime_dir,
+                self.collector.remote,
+                world_size,
+                timeline=getattr(store, "timeline_wire", None),
+            )
             if relay
             else None
         )

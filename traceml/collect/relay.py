@@ -19,6 +19,7 @@ import logging
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import zmq
 
@@ -62,6 +63,8 @@ class Relays:
         runtime_dir: This node's runtime dir (the run dir is `<runtime_dir>/<run id>`).
         remote: Tells whether a rank runs on another node (the collector knows from its hello).
         world_size: Ranks in the job, to size the shared context and the histories.
+        timeline: A rank's whole-run timeline from the job's store (TimelineWindow wire
+            lists), for the relays' attach snapshots; None leaves it out.
     """
 
     def __init__(
@@ -70,7 +73,9 @@ class Relays:
         runtime_dir: Path | None,
         remote: Callable[[int], bool],
         world_size: int,
+        timeline: Callable[[int], list[Any]] | None = None,
     ) -> None:
+        self._timeline = timeline
         history = max(MIN_HISTORY, RELAYED_RECORDS // max(1, world_size))
         self._settings = dataclasses.replace(
             settings, history_steps=min(settings.history_steps, history)
@@ -152,8 +157,14 @@ class Relays:
             self._skipped.add(rank)
             return
         try:
+            line = self._timeline
             pub = Publisher(
-                event.info, self._settings, self._runtime_dir, relay=True, context=self._context()
+                event.info,
+                self._settings,
+                self._runtime_dir,
+                relay=True,
+                context=self._context(),
+                timeline=None if line is None else (lambda: line(rank)),
             )
             pub.open()
         except (TransportError, zmq.ZMQError) as e:

@@ -224,8 +224,13 @@ class Session:
     ) -> None:
         self.exit = "signal" if issubclass(etype, KeyboardInterrupt) else "error"
         if self.exit == "error":
-            self.error = (etype.__name__, _message(value))
+            self.note_error(value)
         (self._prev_excepthook or sys.__excepthook__)(etype, value, tb)
+
+    def note_error(self, value: BaseException) -> None:
+        """The script ended with `value`: the summary says exit "error" and names it."""
+        self.exit = "error"
+        self.error = (type(value).__name__, _message(value))
 
     def _on_sigterm(self, signum: int, frame: FrameType | None) -> None:
         if self.closed:

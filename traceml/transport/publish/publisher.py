@@ -75,6 +75,7 @@ class Publisher:
         *,
         relay: bool = False,
         context: zmq.Context[zmq.Socket[bytes]] | None = None,
+        timeline: Callable[[], list[Any]] | None = None,
     ) -> None:
         """Cheap: no sockets, no files until open().
 
@@ -83,7 +84,11 @@ class Publisher:
         out only when `service(heartbeat=True)` passes one on, so a silent rank looks silent.
         `context`: a zmq context shared with other publishers of this thread (the caller terms
         it); by default each publisher has its own.
+        `timeline`: returns the rank's whole-run timeline (TimelineWindow wire lists) from the
+        store this thread folds into; attach snapshots carry it, so a viewer that attaches at
+        step 1,000,000 sees the whole run. Called on this thread only.
         """
+        self._timeline = timeline
         self._info = info
         self._relay = relay
         self._settings = settings
@@ -413,6 +418,7 @@ class Publisher:
             "system": None if self._system is None else self._system.to_wire(),
             "hb": self._heartbeat_body(),
             "end": None if self._end is None else self._end.to_wire(),
+            "timeline": self._timeline() if self._timeline and request.verb == "snapshot" else [],
         }
 
     def _rank_file(self) -> RankFile:

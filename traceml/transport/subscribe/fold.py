@@ -19,6 +19,7 @@ from traceml.transport.wire.events import (
     StateEvent,
     StepsEvent,
     SystemEvent,
+    TimelineEvent,
 )
 
 
@@ -46,6 +47,11 @@ def apply_event(store: EventStore, event: Event) -> bool:
         store.add_end(event.end)
     elif isinstance(event, HeartbeatEvent):
         store.set_dropped(event.rank, event.dropped)
+    elif isinstance(event, TimelineEvent):
+        # Optional: RunStore.seed_timeline; a store without a timeline has nothing to seed.
+        seed = getattr(store, "seed_timeline", None)
+        if seed is not None:
+            seed(event.rank, event.windows)
     elif isinstance(event, StateEvent):
         store.set_rank_state(event.rank, event.state)
         return False

@@ -36,6 +36,7 @@ from traceml.transport.wire.events import (
     InfoEvent,
     StepsEvent,
     SystemEvent,
+    TimelineEvent,
 )
 from traceml.transport.wire.security import make_client
 
@@ -313,6 +314,9 @@ class RankLink:
         first, last = meta.get("first"), meta.get("last")
         if not isinstance(first, int) or not isinstance(last, int):
             raise SchemaError("snapshot: first and last must be integers")
+        timeline = meta.get("timeline")
+        if isinstance(timeline, list) and timeline:
+            out.append(TimelineEvent(self.rank, tuple(timeline)))  # before the records it covers
         out += self.stitch.snapshot(header.inc, first, last, chunks)
         return out + self._meta_events(header, meta)
 

@@ -93,6 +93,16 @@ class GapEvent:
 
 
 @dataclass(frozen=True, slots=True)
+class TimelineEvent:
+    """The rank's whole run so far, as its store keeps it (from an attach snapshot): it
+    replaces the subscriber's timeline of the rank, and covers the snapshot's records."""
+
+    rank: int
+    windows: tuple[object, ...]
+    """TimelineWindow wire lists, oldest first (decoded by the store: TimelineWindow.from_wire)."""
+
+
+@dataclass(frozen=True, slots=True)
 class StateEvent:
     """The rank's state changed (live, stalled, dead, finished)."""
 
@@ -109,4 +119,5 @@ Event: TypeAlias = (
     | FindingEvent
     | GapEvent
     | StateEvent
+    | TimelineEvent
 )

@@ -1,0 +1,190 @@
+"""The run over time, end to end: real scripts under `traceml run --no-live`, real sockets.
+
+Periodic work and a single hang are found as STEP_SPIKES while the verdict stays with the typical
+steps; a SIGKILLed script still gets a summary that says so; an exception is named in the
+summary; a viewer attaching late gets the rank's whole-run timeline in the snapshot.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import child_env, traceml_cmd
+from tests.integration._publisher_proc import TxLoop, make_info, make_step
+from tests.integration._transport_helpers import attach, wait_for
+from traceml.analysis.schema import validate_summary
+from traceml.analysis.store import RunStore
+from traceml.config import Settings
+from traceml.transport.publish.publisher import Publisher
+from traceml.transport.subscribe.fold import apply_events
+from traceml.transport.subscribe.subscriber import Subscriber
+
+LOOP = """
+import time, torch, traceml
+
+class Net(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(8, 1)
+    def forward(self, x):
+        time.sleep(0.004)  # the model's work: forward dominates every typical step
+        return self.lin(x)
+
+traceml.init()
+model = Net()
+for i in range({steps}):
+{extra}
+    with traceml.trace_step(model):
+        model(torch.randn(4, 8)).sum().backward()
+"""
+
+
+def run_script(tmp_path: Path, steps: int, extra: str) -> tuple[dict[str, Any], str]:
+    script = tmp_path / "loop.py"
+    script.write_text(LOOP.format(steps=steps, extra=extra))
+    out = tmp_path / "s.json"
+    proc = subprocess.run(
+        traceml_cmd("run", "--no-live", "--summary", str(out), str(script)),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+        env=child_env(),
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    summary = json.loads(out.read_text())
+    validate_summary(summary)
+    return summary, proc.stderr
+
+
+def spikes_of(summary: dict[str, Any]) -> dict[str, Any]:
+    found: list[dict[str, Any]] = [f for f in summary["findings"] if f["kind"] == "STEP_SPIKES"]
+    assert found, [f["kind"] for f in summary["findings"]]
+    return found[0]
+
+
+@pytest.mark.slow
+def test_a_checkpoint_every_20_steps_is_a_periodic_spike(tmp_path: Path) -> None:
+    extra = "    if i % 20 == 19:\n        time.sleep(0.12)  # the checkpoint, outside the step"
+    summary, stderr = run_script(tmp_path, 160, extra)
+    spike = spikes_of(summary)
+    assert spike["evidence"]["period_steps"] == 20
+    assert spike["evidence"]["phase"] == "between"
+    assert "every 20 steps" in spike["summary"]
+    assert "STEP_SPIKES" in stderr
+    step = summary["step_time"]
+    assert step["diagnosis"] == summary["primary"]["kind"] == "COMPUTE_BOUND"
+    assert step["phases_over"] == "typical_steps"
+    assert step["max_ms"] >= 120
+    assert summary["timeline"]["steps"] and sum(summary["timeline"]["steps"]) == 160
+
+
+@pytest.mark.slow
+def test_one_long_hang_is_named_and_leaves_the_verdict_to_the_typical_steps(
+    tmp_path: Path,
+) -> None:
+    extra = "    if i == 30:\n        time.sleep(2.5)  # one hang"
+    summary, _ = run_script(tmp_path, 60, extra)
+    spike = spikes_of(summary)
+    assert spike["evidence"]["steps"] == [30]
+    assert spike["evidence"]["phase"] == "between"
+    assert spike["summary"].startswith("step 30 took")
+    assert summary["step_time"]["diagnosis"] == summary["primary"]["kind"] == "COMPUTE_BOUND"
+    assert summary["step_time"]["slowest"][0]["step"] == 30
+    assert summary["step_time"]["between_pct"] < 10
+
+
+@pytest.mark.slow
+def test_a_sigkilled_script_gets_a_summary_that_says_so(tmp_path: Path) -> None:
+    script = tmp_path / "oom.py"
+    script.write_text(
+        "import os, signal, torch, traceml\n"
+        "traceml.init()\n"
+        "m = torch.nn.Linear(4, 1)\n"
+        "for i in range(40):\n"
+        "    with traceml.trace_step(m):\n"
+        "        m(torch.randn(2, 4)).sum().backward()\n"
+        "import time; time.sleep(2.5)  # the rank file is rewritten every few seconds\n"
+        "os.kill(os.getpid(), signal.SIGKILL)\n"
+    )
+    out = tmp_path / "s.json"
+    proc = subprocess.run(
+        traceml_cmd("run", "--no-live", "--summary", str(out), str(script)),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+        env=child_env(),
+    )
+    assert proc.returncode == 128 + signal.SIGKILL
+    assert "killed by SIGKILL (out of memory?)" in proc.stderr
+    summary = json.loads(out.read_text())
+    validate_summary(summary)
+    assert summary["run"]["exit"] == "killed"
+    assert summary["primary"]["kind"] == "KILLED"
+    assert summary["step_memory"]["host_rss_peak_mb"] is None  # not measured, never 0
+
+
+@pytest.mark.slow
+def test_an_exception_is_named_and_unmeasured_memory_says_so(tmp_path: Path) -> None:
+    script = tmp_path / "crash.py"
+    script.write_text(
+        "import traceml\ntraceml.init()\nraise ValueError('bad batch shape (3, 7)')\n"
+    )
+    out = tmp_path / "s.json"
+    proc = subprocess.run(
+        traceml_cmd("run", "--no-live", "--summary", str(out), str(script)),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+        env=child_env(),
+    )
+    assert proc.returncode == 1
+    summary = json.loads(out.read_text())
+    assert summary["run"]["error"] == {"type": "ValueError", "message": "bad batch shape (3, 7)"}
+    assert summary["step_memory"]["diagnosis"] == "NOT_MEASURED"
+    assert "Memory  not measured" in proc.stderr
+    assert "error: ValueError: bad batch shape (3, 7)" in proc.stderr
+
+
+def _pump(viewer: RunStore, sub: Subscriber, steps: int) -> None:
+    """Fold what the subscriber delivers into the viewer's store until it has `steps` steps."""
+
+    def folded() -> bool:
+        apply_events(viewer, sub.poll(50))
+        return viewer.total_steps(0) >= steps
+
+    wait_for(folded, what=f"{steps} steps in the viewer")
+
+
+def test_a_late_viewer_gets_the_whole_run_timeline(tmp_path: Path) -> None:
+    store = RunStore(history_steps=64)  # the rank's own store, folded on its tx thread
+    publisher = Publisher(
+        make_info("timeline-1"),
+        Settings(history_steps=64),  # the snapshot's records: the last 64 steps only
+        tmp_path,
+        timeline=lambda: store.timeline_wire(0),
+    )
+    viewer = RunStore()
+    with TxLoop(publisher) as loop:
+        early = [make_step(i) for i in range(3_000)]
+        store.add_steps(early)
+        loop.push(early)
+        loop.wait_published(3_000)
+        with attach(tmp_path, "timeline-1") as sub:
+            _pump(viewer, sub, 3_000)
+            late = [make_step(i) for i in range(3_000, 3_100)]
+            store.add_steps(late)
+            loop.push(late)
+            _pump(viewer, sub, 3_100)
+    line = viewer.live_view().ranks[0].timeline
+    assert line[0].first_step == 0
+    assert sum(w.steps for w in line) == 3_100  # the whole run, each step counted once
+    assert line == store.live_view().ranks[0].timeline
