@@ -256,7 +256,7 @@ def phase_compare(phases: Sequence[Any], labels: tuple[str, str]) -> go.Figure |
     """Each phase's ms per step in the baseline and the candidate, side by side.
 
     Args:
-        phases: analysis.compare.PhaseChange values (ms = share x median step).
+        phases: analysis.compare.PhaseChange values (mean ms per step).
         labels: What to call the two runs in the legend.
     """
     measured = [p for p in phases if p.ms.baseline is not None or p.ms.candidate is not None]
@@ -272,7 +272,7 @@ def phase_compare(phases: Sequence[Any], labels: tuple[str, str]) -> go.Figure |
         fig.add_trace(
             go.Bar(x=names, y=ys, name=label, marker={"color": color}, hovertemplate="%{y:.2f} ms")
         )
-    fig.update_yaxes(title_text="ms per step (share x median step)")
+    fig.update_yaxes(title_text="mean ms per step")
     return _layout(fig, "Phases: baseline vs candidate", 340, barmode="group")
 
 

@@ -2,7 +2,7 @@
 
 A table of every candidate's verdict first, then one section per candidate: verdict and reason,
 the two runs, step time, phases (table and chart), memory, ranks, notes, and both runs over time
-when their summaries hold a timeline. Phase ms are share x median step, as `traceml compare`
+when their summaries hold a timeline. Phase ms are mean ms per step, as `traceml compare`
 prints them. Reads Comparison values and the summaries they came from; plotly.js is inlined.
 """
 
