@@ -3,13 +3,13 @@ collector keeps up with many ranks.
 
 Run: .venv/bin/python benchmarks/distributed.py [--quick]
 
-1. Per rank under DDP: a real `torch.distributed.run --nproc-per-node 2` job (gloo, CPU, one
-   thread per rank, a small MLP sized to a few ms per step, fed by a DataLoader) in which every
-   rank alternates blocks of bare steps (no hooks, no trace_step) and traced steps (auto mode,
-   with the job collector on rank 0 and the other rank feeding it), as benchmarks/overhead.py
-   does in one process. Each rank writes its per-step times; prints per rank the bare and
-   traced medians, the added µs and the ratio. DDP steps are synchronised by the gradient
-   all-reduce, so each rank's step time includes waiting for the other rank.
+1. Per rank under DDP: real 2-rank jobs (gloo, CPU, one thread per rank, an MLP of about 4 ms
+   a step fed by a DataLoader: benchmarks/_workload.py), measured as benchmarks/overhead.py
+   measures one process: bare A, bare B (`torchrun`, no traceml), trace_step (`torchrun`, auto
+   mode: every rank publishes, rank 0 starts the job collector) and `traceml run --no-live
+   --nproc-per-node 2`, each at two run lengths, interleaved round by round. Per rank: mean,
+   p99 and max step; for the whole job: wall and CPU slopes per step (every process: agent,
+   ranks, job collector) and start-up plus exit.
 2. Collector ingest: one Collector bound on ipc in a private temp dir, in its own process,
    doing what rank 0's tx thread does (one poll() per 20 ms tick, every event folded into a
    RunStore), and 256 simulated ranks as CollectorFeeds (4 processes x 64 feeds, one thread
@@ -22,15 +22,10 @@ Run: .venv/bin/python benchmarks/distributed.py [--quick]
 from __future__ import annotations
 
 import argparse
-import contextlib
-import json
-import math
 import multiprocessing as mp
 import os
 import shutil
 import socket
-import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -38,10 +33,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from _common import Loop, pct
+from overhead import Arm, measure, print_table
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
     from multiprocessing.connection import Connection
     from multiprocessing.process import BaseProcess
 
@@ -66,104 +60,38 @@ DRAIN_QUIET_S = 2.0
 PHASES = (0.3, None, 0.25, 0.3, 0.1, None, 0.05)
 
 
-# -- 1. DDP: the worker, run by torch.distributed.run ------------------------------------------
+# -- 1. DDP: bare vs traced torchrun jobs, as benchmarks/overhead.py measures one process ------
 
 
-@contextlib.contextmanager
-def cpu_split(out: list[float], steps: int) -> Iterator[None]:
-    """Append CPU µs per step of this (training) thread and of the process's other threads."""
-    thread0, proc0 = time.thread_time(), time.process_time()
-    yield
-    thread, proc = time.thread_time() - thread0, time.process_time() - proc0
-    out += [thread / steps * 1e6, (proc - thread) / steps * 1e6]
-
-
-def ddp_worker(out: Path, steps: int, rounds: int) -> None:
-    """One rank: alternate bare and traced blocks in step with the other rank, save the times."""
-    import torch
-    import torch.distributed as dist
-
-    import traceml
-    from traceml.api import current_session
-
-    torch.set_num_threads(1)
-    dist.init_process_group("gloo")
-    rank = dist.get_rank()
-    traceml.init(mode="auto", summary=out / "final_summary.json")
-    session = current_session()
-    assert session is not None, "traceml did not start"
-    loop = Loop(WIDTH, BATCH, ddp=True)
-    loop.block(50, traced=False)
-    times: dict[str, list[float]] = {"bare": [], "traced": [], "cpu_bare": [], "cpu_traced": []}
-    for _ in range(rounds):
-        session.hooks.remove()
-        with cpu_split(times["cpu_bare"], steps):
-            times["bare"] += loop.block(steps, traced=False)
-        session.hooks.install_auto(torch, h2d=False)
-        session.last_model_id = 0
-        with cpu_split(times["cpu_traced"], steps):
-            times["traced"] += loop.block(steps, traced=True)
-    traceml.shutdown()
-    (out / f"rank-{rank}.json").write_text(json.dumps(times))
-    dist.destroy_process_group()
-
-
-def run_ddp(tmp: Path, steps: int, rounds: int) -> dict[int, dict[str, list[float]]]:
-    """torch.distributed.run this file as 2 ranks; their per-step times by rank."""
-    out = tmp / "ddp"
-    out.mkdir()
-    env = dict(
-        os.environ,
-        TRACEML_RUNTIME_DIR=str(tmp),
-        TRACEML_RUN_ID=f"bench-ddp-{os.getpid()}",
-        OMP_NUM_THREADS="1",
-    )
-    cmd = [
-        *(sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"),
-        *(__file__, "--ddp-worker", str(out), "--steps", str(steps), "--rounds", str(rounds)),
+def ddp_arms() -> list[Arm]:
+    torchrun = (sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node")
+    run = (sys.executable, "-m", "traceml", "run", "--no-live", "--nproc-per-node", "2")
+    return [
+        Arm("bare A", "bare", (*torchrun, "2")),
+        Arm("bare B", "bare", (*torchrun, "2")),
+        Arm("trace_step", "traceml", (*torchrun, "2")),
+        Arm("run --no-live", "traceml", run),
     ]
-    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
-    if proc.returncode != 0:
-        raise SystemExit(f"the DDP job failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
-    return {r: json.loads((out / f"rank-{r}.json").read_text()) for r in (0, 1)}
 
 
-def noise_floor(bare: list[float], steps: int) -> float:
-    """|median of the even bare blocks - median of the odd ones|: what "added" can resolve."""
-    blocks = [bare[i : i + steps] for i in range(0, len(bare), steps)]
-    even = [t for b in blocks[0::2] for t in b]
-    odd = [t for b in blocks[1::2] for t in b]
-    return abs(statistics.median(even) - statistics.median(odd)) if odd else math.nan
-
-
-def cpu_medians(split: list[float]) -> tuple[float, float]:
-    """Median over blocks of (training thread, other threads) CPU µs per step."""
-    return statistics.median(split[0::2]), statistics.median(split[1::2])
-
-
-def print_ddp(times: dict[int, dict[str, list[float]]], steps: int, rounds: int) -> None:
-    print(
-        f"DDP, 2 ranks (torchrun, gloo, CPU, 1 thread each), MLP width {WIDTH}, batch {BATCH}:"
-        f" bare vs traced, {rounds} interleaved block pairs of {steps} steps (µs)"
-    )
-    print(
-        f"  {'rank':<6} {'bare med':>9} {'traced med':>10} {'added':>7} {'ratio':>6} {'noise':>6}"
-        f" {'bare p95':>9} {'traced p95':>10}   CPU/step bare -> traced: train thread; others"
-    )
-    for rank, res in sorted(times.items()):
-        b, t = res["bare"], res["traced"]
-        bm, tm = statistics.median(b), statistics.median(t)
-        (bt, bo), (tt, to) = cpu_medians(res["cpu_bare"]), cpu_medians(res["cpu_traced"])
-        print(
-            f"  {rank:<6} {bm:9.0f} {tm:10.0f} {tm - bm:7.1f} {tm / bm:6.3f}"
-            f" {noise_floor(b, steps):6.0f} {pct(b, 0.95):9.0f} {pct(t, 0.95):10.0f}"
-            f"   {bt:.0f} -> {tt:.0f}; {bo:.0f} -> {to:.0f}"
+def run_ddp(tmp: Path, lengths: tuple[int, int], rounds: int) -> None:
+    """Each arm as a whole 2-rank job (agent, ranks, job collector), interleaved round by round;
+    one table block per rank."""
+    res = measure(ddp_arms(), (WIDTH, BATCH), lengths, rounds, tmp, ranks=2)
+    for rank in (0, 1):
+        print_table(
+            f"DDP 2 ranks (gloo, 1 thread each; MLP width {WIDTH}, batch {BATCH}), rank {rank}",
+            res,
+            lengths,
+            rounds,
+            rank,
         )
-    print("  note: DDP steps are synchronised by the gradient all-reduce, so each rank's numbers")
-    print("  include waiting for the other rank: the added µs is the job's, seen from each rank.")
-    print("  noise = bare vs bare (even vs odd blocks): differences below it are not resolved.")
-    print("  Others = gloo's threads and TraceML's tx thread (on rank 0 also the job collector).")
-    print("  target: <= 10 µs added per step at the median (DESIGN.md, single process)")
+    print(
+        "  step figures are the rank's own; wall slope, CPU (agent, both ranks, the job"
+        " collector) and start+exit are the whole job's. DDP steps are synchronised by the"
+        " all-reduce, so each rank's steps include waiting for the other. target: <= 1 % of"
+        " the mean step added, CPU included"
+    )
 
 
 # -- 2. collector ingest: child processes ------------------------------------------------------
@@ -438,25 +366,23 @@ def print_ingest(results: list[IngestResult]) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="fewer steps, shorter tests")
-    parser.add_argument("--ddp-worker", type=Path, help=argparse.SUPPRESS)
-    parser.add_argument("--steps", type=int, help=argparse.SUPPRESS)
-    parser.add_argument("--rounds", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--no-ingest", action="store_true", help="only the DDP table")
     args = parser.parse_args()
-    if args.ddp_worker is not None:
-        ddp_worker(args.ddp_worker, args.steps, args.rounds)
-        return
-    steps, rounds = (100, 3) if args.quick else (150, 10)
+    lengths, rounds = ((100, 400), 1) if args.quick else ((200, 1000), args.rounds)
     paced_s, burst_s = (4.0, 1.0) if args.quick else (15.0, 3.0)
     tmp = Path(tempfile.mkdtemp(prefix="tmld-"))
     tmp.chmod(0o700)
+    (tmp / "rt").mkdir(mode=0o700)
     load = os.getloadavg()[0]
     print(
         f"host: {os.cpu_count()} CPUs, load {load:.1f}" + (" (busy: noisy)" if load > 1.5 else "")
     )
     try:
-        print_ddp(run_ddp(tmp, steps, rounds), steps, rounds)
-        tests = [IngestTest("paced", 20.0, paced_s), IngestTest("burst", None, burst_s)]
-        print_ingest([run_ingest(tmp, t) for t in tests])
+        run_ddp(tmp, lengths, rounds)
+        if not args.no_ingest:
+            tests = [IngestTest("paced", 20.0, paced_s), IngestTest("burst", None, burst_s)]
+            print_ingest([run_ingest(tmp, t) for t in tests])
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 

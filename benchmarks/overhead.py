@@ -1,15 +1,26 @@
-"""What TraceML adds to a training step, and to a run, measured side by side in one process.
+"""What TraceML adds to a training job: per step, per run, in every process the run starts.
 
-Run: make bench   (or .venv/bin/python benchmarks/overhead.py [--quick])
+Run: make bench   (or .venv/bin/python benchmarks/overhead.py [--quick] [--peer] [--rss])
 
-1. Per step: real torch steps sized to about 1 ms, 10 ms and 100 ms on this CPU, in alternating
-   blocks, bare (no hooks, no trace_step) and traced (auto mode: DataLoader, forward, backward
-   and optimizer hooks plus trace_step, the tx thread publishing). Each size runs twice: with no
-   viewer, and with a live viewer (a separate process attached through the subscriber, folding
-   every record into a RunStore as `traceml attach` does). Prints median and p95 per-step time,
-   the added µs and the ratio.
-2. Per run: `python script.py` against `traceml run --no-live script.py` on a 20-step script,
-   alternated, for TraceML's startup plus shutdown.
+The same training script (benchmarks/_workload.py: an MLP fed by a DataLoader over a
+TensorDataset, batch 32, one torch thread, sized to about 0.4 ms and 1 ms a step) runs as a
+separate process in each arm, at two run lengths, the arms interleaved round by round:
+
+  bare A, bare B   `python script`, no traceml import at all (two arms: their difference is the
+                   noise beside every figure)
+  trace_step       `python script` calling traceml.init(mode="auto") + trace_step
+  run --no-live    `traceml run --no-live script` (launcher + bootstrap + the same script)
+  run, live view   `traceml run script` under a 120x40 pty: the launcher runs the live view
+  traceml-ai 0.5.0 (--peer) the peer's `traceml run script` (its default summary mode), the
+                   script using `import traceml_ai as traceml`, installed into a throwaway venv
+
+Per arm: mean, p99 and max of the script's own per-step times (long runs, pooled); the slope of
+total wall time and of CPU time (all processes of the run: exact, from RUSAGE_CHILDREN) between
+the short and the long run, per step, so start-up and exit cancel; the CPU slope of the training
+process alone (psutil); and the intercept of the wall time (start-up plus exit). Every traced
+figure is shown as added to the mean of bare A and B, with |A - B| as the noise.
+`--rss` instead runs 1,000,000 traced steps of a tiny model in this process and prints the
+training process's RSS every 100,000 steps (flat = bounded memory).
 """
 
 from __future__ import annotations
@@ -17,166 +28,281 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
+from array import array
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from _common import Loop, pct
+from _procs import RunResult, run_measured
 
-RUNTIME = Path(tempfile.mkdtemp(prefix="traceml-bench-"))
-RUNTIME.chmod(0o700)
-os.environ["TRACEML_RUNTIME_DIR"] = str(RUNTIME)
-os.environ["TRACEML_RUN_ID"] = f"bench-overhead-{os.getpid()}"
-
-VIEWER = """
-import sys, time
-from traceml.analysis.store import RunStore
-from traceml.transport.subscribe.fold import apply_events
-from traceml.transport.subscribe.runs import resolve_run
-from traceml.transport.subscribe.subscriber import Subscriber
-store = RunStore()
-with Subscriber(resolve_run(sys.argv[1])) as sub:
-    print("attached", flush=True)
-    while True:
-        apply_events(store, sub.poll(100))
-"""
+HERE = Path(__file__).resolve().parent
+WORKLOAD = HERE / "_workload.py"
+BATCH = 32
+WARMUP_STEPS = 50
+"""Steps at the start of each run left out of the step statistics (first-iteration costs)."""
 
 
-def calibrate(target_ms: float) -> Loop:
-    """The width whose bare step takes about `target_ms` here."""
-    width = 32
-    while True:
-        loop = Loop(width)
-        loop.block(20, traced=False)
-        ms = statistics.median(loop.block(30, traced=False)) / 1000
-        if ms >= target_ms * 0.8 or width >= 16384:
-            return loop
-        width = int(width * max(1.2, min(4.0, (target_ms / ms) ** 0.5)))
+@dataclass(frozen=True)
+class Arm:
+    name: str
+    mode: str
+    """What _workload.py does: bare, traceml or peer."""
+    launcher: tuple[str, ...] = ()
+    """Command before the script; () = plain python."""
+    tty: bool = False
 
 
-def measure(loop: Loop, session: Any, steps: int, rounds: int) -> dict[str, list[float]]:
-    out: dict[str, list[float]] = {"bare": [], "traced": []}
-    for _ in range(rounds):
-        session.hooks.remove()
-        out["bare"] += loop.block(steps, traced=False)
-        session.hooks.install_auto(loop.torch, h2d=False)
-        session.last_model_id = 0
-        out["traced"] += loop.block(steps, traced=True)
+@dataclass
+class Samples:
+    """Every run of one arm at one step size."""
+
+    short: list[RunResult] = field(default_factory=list)
+    long: list[RunResult] = field(default_factory=list)
+    steps: dict[int, list[float]] = field(default_factory=dict)
+    """Per-step µs of the long runs after WARMUP_STEPS, pooled, by rank."""
+
+
+def arms(peer_bin: Path | None) -> list[Arm]:
+    py = sys.executable
+    out = [
+        Arm("bare A", "bare"),
+        Arm("bare B", "bare"),
+        Arm("trace_step", "traceml"),
+        Arm("run --no-live", "traceml", (py, "-m", "traceml", "run", "--no-live")),
+        Arm("run, live view", "traceml", (py, "-m", "traceml", "run"), tty=True),
+    ]
+    if peer_bin is not None:
+        out.append(Arm("traceml-ai 0.5.0", "peer", (str(peer_bin / "traceml"), "run")))
     return out
 
 
-def start_viewer() -> subprocess.Popen[str]:
-    proc = subprocess.Popen(
-        [sys.executable, "-c", VIEWER, os.environ["TRACEML_RUN_ID"]],
-        stdout=subprocess.PIPE,
-        text=True,
+def command(arm: Arm, steps: int, width: int, out: Path, batch: int = BATCH) -> list[str]:
+    args = [arm.mode, str(steps), str(width), str(batch), str(out)]
+    if arm.mode == "peer":
+        return [*arm.launcher, str(WORKLOAD), "--args", *args]
+    if "traceml" in arm.launcher:  # our `traceml run`
+        return [*arm.launcher, "--summary", str(out) + ".summary.json", str(WORKLOAD), *args]
+    if arm.launcher:
+        return [*arm.launcher, str(WORKLOAD), *args]
+    return [sys.executable, str(WORKLOAD), *args]
+
+
+def env_for(arm: Arm, tmp: Path, peer_bin: Path | None) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TRACEML_")}
+    env.update(OMP_NUM_THREADS="1", TRACEML_RUNTIME_DIR=str(tmp / "rt"))
+    env["TRACEML_SUMMARY"] = str(tmp / "summary.json")
+    if arm.mode == "peer" and peer_bin is not None:
+        env["PATH"] = f"{peer_bin}:{env.get('PATH', '')}"
+        env["VIRTUAL_ENV"] = str(peer_bin.parent)
+    return env
+
+
+def read_steps(path: Path) -> list[float]:
+    times = array("d")
+    with open(path, "rb") as f:
+        times.frombytes(f.read())
+    return list(times)[WARMUP_STEPS:]
+
+
+def measure(
+    all_arms: list[Arm],
+    shape: tuple[int, int],
+    lengths: tuple[int, int],
+    rounds: int,
+    tmp: Path,
+    peer_bin: Path | None = None,
+    ranks: int = 1,
+) -> dict[str, Samples]:
+    """Every arm at both lengths, round after round, arms interleaved; `shape` = (width,
+    batch) of the MLP; `ranks` > 1 when the arms run under torchrun."""
+    res = {a.name: Samples() for a in all_arms}
+    for r in range(rounds):
+        order = all_arms if r % 2 == 0 else all_arms[::-1]
+        for arm in order:
+            for steps in lengths:
+                out = tmp / f"steps-{arm.mode}-{steps}"
+                cmd = command(arm, steps, shape[0], out, shape[1])
+                got = run_measured(cmd, env_for(arm, tmp, peer_bin), str(tmp), tty=arm.tty)
+                sample = res[arm.name]
+                if steps == lengths[0]:
+                    sample.short.append(got)
+                else:
+                    sample.long.append(got)
+                    for r in range(ranks):
+                        path = out if ranks == 1 else Path(f"{out}.{r}")
+                        sample.steps.setdefault(r, []).extend(read_steps(path))
+    return res
+
+
+# -- figures -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Figures:
+    mean: float
+    p99: float
+    max: float
+    wall: float
+    """Wall-time slope, µs per step."""
+    cpu: float
+    """CPU slope of all processes, µs per step."""
+    train_cpu: float
+    """CPU slope of the training process(es), µs per step."""
+    fixed: float
+    """Wall-time intercept (start-up plus exit), s."""
+
+
+def slope(s: Samples, dn: int, value: str) -> float:
+    """Median over rounds of (long - short) / dn, in µs per step."""
+    pairs = zip(s.short, s.long, strict=True)
+    return statistics.median([(_get(b, value) - _get(a, value)) / dn * 1e6 for a, b in pairs])
+
+
+def _get(r: RunResult, value: str) -> float:
+    if value == "wall":
+        return r.wall_s
+    if value == "cpu":
+        return r.cpu_s
+    return r.by_role.get("training", 0.0)
+
+
+def figures(s: Samples, lengths: tuple[int, int], rank: int = 0) -> Figures:
+    dn = lengths[1] - lengths[0]
+    wall = slope(s, dn, "wall")
+    fixed = statistics.median(r.wall_s - wall * lengths[0] / 1e6 for r in s.short)
+    steps = s.steps[rank]
+    return Figures(
+        statistics.fmean(steps),
+        pct(steps, 0.99),
+        max(steps),
+        wall,
+        slope(s, dn, "cpu"),
+        slope(s, dn, "train"),
+        fixed,
     )
-    assert proc.stdout is not None
-    proc.stdout.readline()
-    return proc
 
 
-def per_step(sizes: list[tuple[float, int]], rounds: int) -> list[tuple[str, dict[str, Any]]]:
+def print_table(
+    size: str, res: dict[str, Samples], lengths: tuple[int, int], rounds: int, rank: int = 0
+) -> None:
+    """One block of the table; step figures of `rank`, wall and CPU of the whole run."""
+    figs = {name: figures(s, lengths, rank) for name, s in res.items()}
+    a, b = figs.pop("bare A"), figs.pop("bare B")
+    fields = ("mean", "p99", "max", "wall", "cpu", "train_cpu", "fixed")
+    bare = {f: (getattr(a, f) + getattr(b, f)) / 2 for f in fields}
+    noise = {f: abs(getattr(a, f) - getattr(b, f)) for f in fields}
+    print(
+        f"\n{size}: {rounds} rounds x {lengths[0]:,} and {lengths[1]:,} steps;"
+        " µs per step unless said; +added (±noise = |bare A - bare B|)"
+    )
+    head = (
+        f"  {'':17} {'mean step':>17} {'wall slope':>17} {'p99 step':>17} {'max step':>10}"
+        f" {'CPU all procs':>17} {'CPU training':>17} {'start+exit s':>13}"
+    )
+    print(head)
+
+    def cell(f: str, v: float, width: int = 17) -> str:
+        return f"{v:7.1f} ({noise[f]:5.1f})".rjust(width) if f != "fixed" else f"{v:+.2f}"
+
+    print(
+        f"  {'bare':17} {bare['mean']:17.1f} {bare['wall']:17.1f} {bare['p99']:17.0f}"
+        f" {bare['max']:10.0f} {bare['cpu']:17.1f} {bare['train_cpu']:17.1f}"
+        f" {bare['fixed']:13.2f}"
+    )
+    for name, fig in figs.items():
+        added = {f: getattr(fig, f) - bare[f] for f in fields}
+        p99 = (
+            f"{100 * added['p99'] / bare['p99']:+.0f} % ({100 * noise['p99'] / bare['p99']:.0f} %)"
+        )
+        print(
+            f"  {name:17} {cell('mean', added['mean']):>17} {cell('wall', added['wall']):>17}"
+            f" {p99:>17}"
+            f" {fig.max:10.0f} {cell('cpu', added['cpu']):>17}"
+            f" {cell('train_cpu', added['train_cpu']):>17} {added['fixed']:+13.2f}"
+        )
+
+
+# -- RSS over a million steps ------------------------------------------------------------------
+
+
+def rss_mode(steps: int) -> None:
+    import psutil
     import torch
 
     import traceml
-    from traceml.api import current_session
 
     torch.set_num_threads(1)
-    traceml.init(mode="auto", summary=RUNTIME / "bench_summary.json")
-    session = current_session()
-    assert session is not None
-    rows = []
-    for target_ms, steps in sizes:
-        loop = calibrate(target_ms)
-        for viewer in (False, True):
-            proc = start_viewer() if viewer else None
-            res = measure(loop, session, steps, rounds)
-            if proc is not None:
-                proc.kill()
-                proc.wait()
-            label = f"{target_ms:g} ms step" + (", viewer attached" if viewer else "")
-            rows.append((label, res))
+    traceml.init(mode="auto")
+    model = torch.nn.Linear(8, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+    x, y = torch.randn(4, 8), torch.randn(4, 1)
+    proc = psutil.Process()
+    every = steps // 10
+    print(f"RSS of the training process over {steps:,} traced steps (tiny model, auto mode)")
+    t0 = time.perf_counter()
+    for i in range(1, steps + 1):
+        with traceml.trace_step(model):
+            opt.zero_grad(set_to_none=True)
+            torch.nn.functional.mse_loss(model(x), y).backward()
+            opt.step()
+        if i % every == 0:
+            rss = proc.memory_info().rss / 2**20
+            print(f"  step {i:>9,}  RSS {rss:7.1f} MB  ({time.perf_counter() - t0:5.0f} s)")
     traceml.shutdown()
-    return rows
 
 
-RUN_SCRIPT = """
-import torch
-torch.set_num_threads(1)
-import traceml
-m = torch.nn.Linear(16, 1)
-opt = torch.optim.SGD(m.parameters(), lr=0.1)
-for _ in range(20):
-    with traceml.trace_step(m):
-        opt.zero_grad(); m(torch.randn(8, 16)).sum().backward(); opt.step()
-"""
+# -- main --------------------------------------------------------------------------------------
 
 
-def per_run(rounds: int) -> dict[str, list[float]]:
-    tmp = Path(tempfile.mkdtemp())
-    script = tmp / "tiny_run.py"
-    script.write_text(RUN_SCRIPT)
-    bare_env = dict(os.environ, TRACEML_MODE="off")
-    env = {k: v for k, v in os.environ.items() if k != "TRACEML_RUN_ID"}
-    out: dict[str, list[float]] = {"python": [], "traceml run": []}
-    for _ in range(rounds):
-        for name, cmd, e in (
-            ("python", [sys.executable, str(script)], bare_env),
-            (
-                "traceml run",
-                [
-                    sys.executable,
-                    "-m",
-                    "traceml",
-                    "run",
-                    "--no-live",
-                    "--summary",
-                    str(tmp / "s.json"),
-                    str(script),
-                ],
-                env,
-            ),
-        ):
-            t0 = time.perf_counter()
-            subprocess.run(cmd, env=e, cwd=tmp, check=True, capture_output=True)
-            out[name].append(time.perf_counter() - t0)
-    return out
+def calibrate(target_ms: float) -> int:
+    """The MLP width whose bare step takes about `target_ms` here (one torch thread)."""
+    import torch
 
-
-def print_steps(rows: list[tuple[str, dict[str, Any]]], rounds: int) -> None:
-    print(f"per step: bare vs traced, {rounds} interleaved block pairs each (µs)")
-    print(
-        f"  {'':32} {'bare med':>9} {'traced med':>10} {'added':>7} {'ratio':>6}"
-        f" {'bare p95':>9} {'traced p95':>10}"
-    )
-    for label, res in rows:
-        b, t = res["bare"], res["traced"]
-        bm, tm = statistics.median(b), statistics.median(t)
-        print(
-            f"  {label:32} {bm:9.0f} {tm:10.0f} {tm - bm:7.1f} {tm / bm:6.3f}"
-            f" {pct(b, 0.95):9.0f} {pct(t, 0.95):10.0f}"
-        )
-    print("  target: <= 10 µs added per step at the median")
+    torch.set_num_threads(1)
+    width = 16
+    while True:
+        loop = Loop(width, BATCH)
+        loop.block(30, traced=False)
+        ms = statistics.median(loop.block(100, traced=False)) / 1000
+        if ms >= target_ms * 0.9 or width >= 16384:
+            return width
+        width = int(width * max(1.1, min(2.0, (target_ms / ms) ** 0.5)))
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--quick", action="store_true", help="fewer steps (noisier)")
-    ap.add_argument("--rounds", type=int, default=4)
+    ap = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
+    ap.add_argument("--quick", action="store_true", help="one size, one round (about a minute)")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--peer", action="store_true", help="add traceml-ai 0.5.0 (pip installs it)")
+    ap.add_argument("--rss", action="store_true", help="RSS over 1,000,000 traced steps")
+    ap.add_argument("--rss-steps", type=int, default=1_000_000, help=argparse.SUPPRESS)
     args = ap.parse_args()
-    scale = 0.25 if args.quick else 1.0
-    sizes = [(1.0, int(1000 * scale)), (10.0, int(150 * scale)), (100.0, int(20 * scale))]
-    print_steps(per_step(sizes, args.rounds), args.rounds)
-    runs = per_run(2 if args.quick else 3)
-    py, tr = statistics.median(runs["python"]), statistics.median(runs["traceml run"])
-    print("per run: 20-step script, alternated")
-    print(f"  python script.py          {py:6.2f} s")
-    print(f"  traceml run --no-live     {tr:6.2f} s")
-    print(f"  added                     {tr - py:6.2f} s   ratio {tr / py:.2f}   (target: < 1.5 s)")
+    if args.rss:
+        rss_mode(args.rss_steps)
+        return
+    tmp = Path(tempfile.mkdtemp(prefix="traceml-bench-"))
+    (tmp / "rt").mkdir(mode=0o700)
+    peer_bin = None
+    if args.peer:
+        from _peer import make_peer_venv
+
+        peer_bin = make_peer_venv()
+    load = os.getloadavg()[0]
+    print(f"host: {os.cpu_count()} CPUs, load {load:.1f}" + (" (busy: noisy)" if load > 1 else ""))
+    sizes = [(0.4, (500, 2500))] if args.quick else [(0.4, (1000, 5000)), (1.0, (500, 2500))]
+    rounds = 1 if args.quick else args.rounds
+    for target_ms, lengths in sizes:
+        width = calibrate(target_ms)
+        res = measure(arms(peer_bin), (width, BATCH), lengths, rounds, tmp, peer_bin)
+        print_table(f"~{target_ms:g} ms CPU step (MLP width {width})", res, lengths, rounds)
+    print(
+        "\n  targets: mean, wall slope and CPU (all processes) <= +10 µs; p99 within 10 %;"
+        " start+exit <= +0.5 s; traceml run no costlier than trace_step"
+    )
+    print(f"  load now {os.getloadavg()[0]:.1f}")
 
 
 if __name__ == "__main__":

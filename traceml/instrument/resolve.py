@@ -8,6 +8,7 @@ event type is whatever `elapsed(a, b) -> ms` understands, so tests use plain num
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from functools import lru_cache
 from itertools import pairwise
 from typing import Any
 
@@ -29,7 +30,16 @@ def segment_ms(
 
 def phases_or_none(values: Sequence[float], seen: int) -> tuple[float | None, ...]:
     """Phase values, with None for phases the run has never shown (not measured, never 0)."""
-    return tuple([v if seen >> i & 1 else None for i, v in enumerate(values)])
+    out: list[float | None] = list(values)
+    for i in unseen(seen):
+        out[i] = None
+    return tuple(out)
+
+
+@lru_cache(maxsize=256)
+def unseen(seen: int) -> tuple[int, ...]:
+    """Indexes of the phases whose bit is not set in `seen` (a run has one or two masks)."""
+    return tuple(i for i in range(N_PHASES) if not seen >> i & 1)
 
 
 def to_record(

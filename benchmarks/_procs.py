@@ -1,0 +1,169 @@
+"""Run a command and account for the CPU of every process it starts, optionally under a pty.
+
+The total is exact: RUSAGE_CHILDREN grows by the CPU of every descendant once it has been waited
+for, and every process of a run (launcher, ranks, job collector, torchrun's agent) reaps its own
+children. The split by process comes from psutil, polling the tree every POLL_S and keeping each
+process's last reading: a process loses at most its last POLL_S of CPU there, which is the same
+in a short and a long run, so it cancels in the per-step slope.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import pty
+import resource
+import struct
+import subprocess
+import termios
+import threading
+import time
+from dataclasses import dataclass, field
+
+import psutil
+
+POLL_S = 0.02
+
+
+@dataclass
+class RunResult:
+    """What one run of a command cost."""
+
+    wall_s: float
+    cpu_s: float
+    """User + system CPU of the whole process tree (exact)."""
+    by_role: dict[str, float] = field(default_factory=dict)
+    """CPU seconds by kind of process (psutil's last reading before each exited)."""
+
+
+def role(cmdline: list[str]) -> str:
+    """Which part of a run a process is, from its command line."""
+    text = " ".join(cmdline)
+    if "collectord" in text:
+        return "collector"
+    if "torch.distributed.run" in text or "torchrun" in text:
+        return "agent"
+    if " run " in f" {text} " and ("-m traceml" in text or "/traceml " in f"{text} "):
+        return "launcher"
+    if "_workload.py" in text:
+        return "training"
+    return "other"
+
+
+class TreeMeter(threading.Thread):
+    """Polls the process tree under `root` and keeps each process's latest CPU seconds."""
+
+    def __init__(self, root: int) -> None:
+        super().__init__(daemon=True)
+        self.root = root
+        self.cpu: dict[int, tuple[str, float]] = {}
+        self.stop_evt = threading.Event()
+
+    def run(self) -> None:
+        try:
+            top = psutil.Process(self.root)
+        except psutil.Error:
+            return
+        while not self.stop_evt.is_set():
+            try:
+                procs = [top, *top.children(recursive=True)]
+            except psutil.Error:
+                return
+            for p in procs:
+                self.read(p)
+            self.stop_evt.wait(POLL_S)
+
+    def read(self, p: psutil.Process) -> None:
+        try:
+            with p.oneshot():
+                t = p.cpu_times()
+                name = self.cpu[p.pid][0] if p.pid in self.cpu else role(p.cmdline())
+                self.cpu[p.pid] = (name, t.user + t.system)
+        except psutil.Error:
+            return
+
+    def by_role(self) -> dict[str, float]:
+        out: dict[str, float] = {}
+        for name, cpu in self.cpu.values():
+            out[name] = out.get(name, 0.0) + cpu
+        return out
+
+    def pids(self, name: str) -> list[int]:
+        return [pid for pid, (n, _) in self.cpu.items() if n == name]
+
+
+def _children_cpu() -> float:
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
+def run_measured(
+    cmd: list[str], env: dict[str, str], cwd: str, *, tty: bool = False, timeout: float = 600
+) -> RunResult:
+    """Run `cmd` to its end; with `tty`, under a 120x40 pty (a terminal, for the live view),
+    pressing `q` once its training process has exited (the view waits for the user)."""
+    cpu0 = _children_cpu()
+    t0 = time.perf_counter()
+    if tty:
+        proc, meter = _run_tty(cmd, env, cwd, timeout)
+    else:
+        proc = subprocess.Popen(
+            cmd, env=env, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+        )
+        meter = TreeMeter(proc.pid)
+        meter.start()
+        _, err = proc.communicate(timeout=timeout)
+        if proc.returncode != 0:
+            raise SystemExit(f"{' '.join(cmd)} failed ({proc.returncode}):\n{err.decode()[-3000:]}")
+    wall = time.perf_counter() - t0
+    meter.stop_evt.set()
+    meter.join()
+    return RunResult(wall, _children_cpu() - cpu0, meter.by_role())
+
+
+def _run_tty(
+    cmd: list[str], env: dict[str, str], cwd: str, timeout: float
+) -> tuple[subprocess.Popen[bytes], TreeMeter]:
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 120, 0, 0))
+    env = dict(env, TERM="xterm-256color", COLUMNS="120", LINES="40")
+    proc = subprocess.Popen(
+        cmd, env=env, cwd=cwd, stdin=slave, stdout=slave, stderr=slave, start_new_session=True
+    )
+    os.close(slave)
+    meter = TreeMeter(proc.pid)
+    meter.start()
+    drain = threading.Thread(target=_drain, args=(master,), daemon=True)
+    drain.start()
+    deadline = time.monotonic() + timeout
+    seen_training = False
+    while proc.poll() is None and time.monotonic() < deadline:
+        training = [pid for pid in meter.pids("training") if _alive(pid)]
+        seen_training |= bool(meter.pids("training"))
+        if seen_training and not training:
+            os.write(master, b"q")
+        time.sleep(0.05)
+    if proc.poll() is None:
+        proc.kill()
+    proc.wait()
+    os.close(master)
+    drain.join(1)
+    if proc.returncode != 0:
+        raise SystemExit(f"{' '.join(cmd)} (under a pty) failed ({proc.returncode})")
+    return proc, meter
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+def _drain(fd: int) -> None:
+    """Read the terminal's output and throw it away, as a terminal would show it."""
+    try:
+        while os.read(fd, 65536):
+            pass
+    except OSError:
+        return

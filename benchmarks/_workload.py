@@ -1,0 +1,70 @@
+"""The training script every overhead run executes: the same loop bare, traced, or under the peer.
+
+Run by benchmarks/overhead.py and distributed.py, never by hand. Usage:
+    python _workload.py {bare|traceml|peer} STEPS WIDTH BATCH OUT
+`bare` never imports traceml; `traceml` calls `traceml.init(mode="auto")` and `trace_step` (under
+`traceml run`, init was already done by the launcher's bootstrap and this call is ignored);
+`peer` does the same with `traceml_ai` 0.5.0. Under torchrun (WORLD_SIZE > 1) the model is wrapped
+in DDP over gloo. Each rank writes its per-step wall times (µs, end of one step to end of the next,
+as TraceML cuts them) to OUT[.rank] as raw doubles; `rss` mode adds nothing here.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from array import array
+
+from _common import Loop
+
+
+def main(argv: list[str]) -> None:
+    mode, steps, width, batch, out = argv[0], int(argv[1]), int(argv[2]), int(argv[3]), argv[4]
+    import torch
+
+    torch.set_num_threads(1)
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world > 1:
+        import torch.distributed as dist
+
+        dist.init_process_group("gloo")
+        out = f"{out}.{dist.get_rank()}"
+    tm = None
+    if mode == "traceml":
+        import traceml as tm
+    elif mode == "peer":
+        import traceml_ai as tm  # type: ignore[import-not-found, no-redef]
+    if tm is not None:
+        tm.init(mode="auto")
+    loop = Loop(width, batch, ddp=world > 1)
+    times = array("d", bytes(8 * steps))
+    it = iter(loop.loader)
+    model, step = loop.model, loop.step
+    t_prev = time.perf_counter()
+    i = 0
+    while i < steps:
+        try:
+            x, y = next(it)
+        except StopIteration:
+            it = iter(loop.loader)
+            continue
+        if tm is not None:
+            with tm.trace_step(model):
+                step(x, y)
+        else:
+            step(x, y)
+        now = time.perf_counter()
+        times[i] = (now - t_prev) * 1e6
+        t_prev = now
+        i += 1
+    with open(out, "wb") as f:
+        times.tofile(f)
+    if world > 1:
+        import torch.distributed as dist
+
+        dist.barrier()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
