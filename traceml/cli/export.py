@@ -118,21 +118,20 @@ def run(args: argparse.Namespace) -> int:
     return _log_live(args)
 
 
-def _stop_event() -> threading.Event:
-    """Set by SIGTERM (Ctrl-C raises KeyboardInterrupt, which main turns into 130)."""
+def _wait(follower: Follower, *, until_over: bool) -> int:
+    """Block until SIGTERM (exit 0), the follower failing (exit 2) or, with `until_over`, every
+    rank of the run finished or died (exit 0). Ctrl-C raises KeyboardInterrupt: main exits 130."""
     stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    return stop
-
-
-def _wait(follower: Follower, stop: threading.Event, *, until_over: bool) -> int:
-    """Block until SIGTERM, the follower failing (exit 2), or (one run) its end (exit 0)."""
-    while not stop.wait(0.5):
-        if follower.error is not None:
-            raise follower.error
-        if until_over and all(run.is_over() for run in follower.runs()):
-            return 0
-    return 0
+    previous = signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    try:
+        while not stop.wait(0.5):
+            if follower.error is not None:
+                raise follower.error
+            if until_over and all(run.is_over() for run in follower.runs()):
+                return 0
+        return 0
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def _serve_prometheus(args: argparse.Namespace) -> int:
@@ -141,7 +140,6 @@ def _serve_prometheus(args: argparse.Namespace) -> int:
 
     if not 0 <= args.port <= 65535:
         raise ConfigError(f"--port must be 0..65535, got {args.port}")
-    stop = _stop_event()
     follower = Follower(args.run, follow_all=args.all)
     follower.open()
     server = PrometheusServer(follower, host=args.host, port=args.port)
@@ -150,7 +148,7 @@ def _serve_prometheus(args: argparse.Namespace) -> int:
         follower.start()
         what = "every live run" if args.all else follower.runs()[0].run_id
         print(f"traceml: serving {what} on {server.url}", file=sys.stderr, flush=True)
-        return _wait(follower, stop, until_over=False)
+        return _wait(follower, until_over=False)
     finally:
         server.close()
         follower.close()
@@ -159,12 +157,11 @@ def _serve_prometheus(args: argparse.Namespace) -> int:
 def _push_otlp(args: argparse.Namespace) -> int:
     from traceml.export.otlp import OtlpExporter
 
-    stop = _stop_event()
     exporter = OtlpExporter(args.endpoint, run=args.run, follow_all=args.all, every_s=args.every)
     exporter.start()
     try:
         print(f"traceml: pushing to {args.endpoint}", file=sys.stderr, flush=True)
-        return _wait(exporter.follower, stop, until_over=not args.all)
+        return _wait(exporter.follower, until_over=not args.all)
     finally:
         exporter.close()
 
@@ -192,7 +189,6 @@ def _log_live(args: argparse.Namespace) -> int:
     from traceml.export.follower import Follower
     from traceml.export.live import LiveLogger
 
-    stop = _stop_event()
     follower = Follower(args.run)
     follower.open()
     try:
@@ -201,7 +197,7 @@ def _log_live(args: argparse.Namespace) -> int:
         logger.start()
         print(f"traceml: logging {follower.runs()[0].run_id} to {args.target}", file=sys.stderr)
         try:
-            return _wait(follower, stop, until_over=True)
+            return _wait(follower, until_over=True)
         finally:
             logger.close()
     finally:

@@ -202,6 +202,11 @@ class Follower:
             except TraceMLError as e:
                 self.error = e
                 return
+            except Exception as e:
+                # A bug: the exporter must not go on serving frozen numbers. The CLI exits 2
+                # with this line; threading's excepthook prints the traceback.
+                self.error = TraceMLError(f"the exporter failed: {type(e).__name__}: {e}")
+                raise
             ranks = sum(len(r.entry.ranks) for r in self.runs())
             self._stop.wait(max(PUMP_S, PUMP_PER_RANK_S * ranks))
 
