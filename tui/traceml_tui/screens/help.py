@@ -14,11 +14,7 @@ KEYS: tuple[tuple[str, str], ...] = (
     ("q", "quit; the job runs on (`traceml run` asks first)"),
     ("?", "this help"),
     ("tab, shift+tab", "move between panels"),
-    (
-        "r",
-        "chart one rank in Memory, System and the step chart (or Enter on a row);"
-        " default: the worst rank",
-    ),
+    ("r", "the rank charted and in Memory, System (default: worst)"),
     ("t", "charts: the last 100 steps, or the whole run"),
     ("p", "pause the display (data keeps arriving)"),
     ("ctrl+c", "`traceml run`: Ctrl-C to the script; else quit"),

@@ -57,7 +57,7 @@ def row_cells(rank: RankWindow, lag: float | None) -> Cells:
 class RankTable(Vertical):
     """Every rank, worst first; Enter on a row focuses that rank in the memory and system panels."""
 
-    BORDER_TITLE = "Ranks (worst first; lag = how far behind the median rank, % of a step)"
+    BORDER_TITLE = "Ranks, worst first · lag: % of a step behind the median rank"
     COMPONENT_CLASSES: ClassVar[set[str]] = {
         "rank-table--dead",
         "rank-table--stalled",
