@@ -1,0 +1,19 @@
+"""A shape error raised by torch inside the model's forward at step 10 (a bad batch)."""
+
+import _common
+import torch
+
+import traceml
+
+_common.seed()
+model = _common.mlp()
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+x, y = torch.randn(32, 64), torch.randn(32, 1)
+for step in range(30):
+    if step == 10:
+        x = torch.randn(32, 63)
+    with traceml.trace_step(model):
+        opt.zero_grad(set_to_none=True)
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        loss.backward()
+        opt.step()
