@@ -3,6 +3,9 @@ each request with opentelemetry-proto (the real wire format), fed by a real publ
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -10,12 +13,14 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+import pytest
 from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
     ExportMetricsServiceRequest,
 )
 
+from tests.conftest import child_env, traceml_cmd
 from tests.integration._publisher_proc import TxLoop, make_info
-from tests.integration._transport_helpers import wait_for
+from tests.integration._transport_helpers import publisher_process, wait_for
 from traceml.config import Settings
 from traceml.export.histogram import BUCKETS_S
 from traceml.export.otlp import OtlpExporter
@@ -106,3 +111,22 @@ def test_otlp_push_carries_the_metrics_and_the_step_histogram(tmp_path: Path) ->
     assert hist.count == 150 and abs(hist.sum - 1.5) < 1e-9
     assert list(hist.explicit_bounds) == list(BUCKETS_S)
     assert hist.bucket_counts[BUCKETS_S.index(0.01)] == 150
+
+
+@pytest.mark.slow
+def test_cli_pushes_until_the_run_ends(runtime_dir: Path) -> None:
+    """`traceml export otlp` as a user runs it: pushes while the run goes, exports once more at
+    its end and exits 0 by itself."""
+    with receiver() as rx:
+        with publisher_process(runtime_dir, "otlp-cli", "--backlog", "20", "--rate", "50") as pub:
+            exporter = subprocess.Popen(
+                traceml_cmd("export", "otlp", "otlp-cli", "--endpoint", rx.url, "--every", "0.5"),
+                stderr=subprocess.PIPE,
+                text=True,
+                env=child_env(),
+            )
+            wait_for(lambda: "traceml.steps" in rx.points(), 20, "a first push")
+            os.kill(pub.pid, signal.SIGTERM)
+            assert exporter.wait(20) == 0, exporter.stderr and exporter.stderr.read()
+        states = {a["state"]: p.as_double for a, p in rx.points()["traceml.rank.state"][-4:]}
+    assert states["finished"] == 1.0 and states["live"] == 0.0

@@ -10,7 +10,7 @@ import pytest
 
 from tests.conftest import REPO
 from traceml.analysis.store import RunStore
-from traceml.export.histogram import BUCKETS_S, StepHistogram
+from traceml.export.histogram import BUCKETS_S, SEEN_STEPS, StepHistogram
 from traceml.export.metrics import ALL, MIB, STEP_DURATION, run_samples
 from traceml.records import RankInfo, StepRecord, SystemSample
 
@@ -66,3 +66,10 @@ def test_dashboard_uses_only_exported_metrics() -> None:
     text = json.dumps(json.loads((REPO / "docs" / "grafana-dashboard.json").read_text()))
     used = set(re.findall(r"traceml_[a-z0-9_]+", text))
     assert used and used <= exported, used - exported
+
+
+def test_histogram_memory_is_bounded_and_never_counts_twice() -> None:
+    hist = StepHistogram()
+    hist.observe([step(i) for i in range(1, SEEN_STEPS + 100)])
+    assert hist.observe([step(i) for i in range(SEEN_STEPS + 100)]) == []
+    assert hist.buckets()[0].count == SEEN_STEPS + 99  # step 0, below the floor, never counted

@@ -37,8 +37,9 @@ DISCOVER_S = 2.0
 LINGER_S = 120.0
 """How long a run whose every rank finished or died stays exported (`--all`), so scrapers see
 how it ended before its series go away."""
-HISTORY_STEPS = 1024
-"""Step records kept per rank: the live window needs 100, the rest bounds a 1,000-rank job."""
+HISTORY_STEPS = 256
+"""Step records kept per rank: the live window needs 100 (and metrics.LATEST_OF looks back 64);
+a record takes ~0.4 KB, so a 1,000-rank job costs ~100 MB here, a 64-rank one ~6 MB."""
 OVER: frozenset[RankState] = frozenset({"finished", "dead"})
 
 StepsHook = Callable[["Followed", Sequence[StepRecord]], None]
@@ -160,16 +161,16 @@ class Follower:
         return self
 
     def close(self) -> None:
-        """Stop the thread and close every subscriber; idempotent."""
+        """Stop the thread and close every subscriber; idempotent. The runs stay readable, so
+        an exporter's last export after close() still has the final states."""
         self._stop.set()
         if self._thread is not None:
             self._thread.join(10)
             self._thread = None
-        with self._lock:
-            runs, self._runs = list(self._runs.values()), {}
-        for run in runs:
-            if run.sub is not None:
-                run.sub.close()
+        for run in self.runs():
+            sub, run.sub = run.sub, None
+            if sub is not None:
+                sub.close()
 
     def __enter__(self) -> Follower:
         return self.start()
@@ -234,7 +235,8 @@ class Follower:
                 self.warn(f"traceml export: skipping run {entry.run_id}: {e.msg}")
 
     def _read(self, run: Followed, now: float) -> bool:
-        assert run.sub is not None
+        if run.sub is None:
+            return False
         try:
             arrived = apply_events(run, run.sub.poll(0))
         except TraceMLError as e:

@@ -35,8 +35,11 @@ BUCKETS_S: tuple[float, ...] = (
     60.0,
 )
 """Upper bounds in seconds (+Inf is implied): 1 ms steps of a tiny model to minute-long ones."""
-SEEN_STEPS = 8192
-"""Step indices remembered per rank to drop repeats; more than a rank's snapshot holds."""
+SEEN_STEPS = 256
+"""Step indices remembered per rank to drop repeats (~20 KB a rank). Older repeats fall at or
+below the floor and are dropped too; a record older than the floor that was never seen (lost
+in a gap, then re-sent by a snapshot) is not counted: the histogram may undercount, never
+count a step twice."""
 
 
 @dataclass(frozen=True, slots=True)

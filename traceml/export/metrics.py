@@ -75,7 +75,11 @@ PHASE_SHARE = _m("traceml.phase.share", "1", "Share of step time per phase (0..1
 PHASE_TIME = _m("traceml.phase.time", "s", "Mean time per step in each phase.", "phase")
 COMM_WAIT = _m("traceml.comm.wait", "s", "Mean DDP all-reduce wait per step (part of backward).")
 COMM_SHARE = _m("traceml.comm.wait.share", "1", "Share of step time waiting for all-reduce.")
-RANK_LAG = _m("traceml.rank.lag", "1", "How far the rank is behind the median rank, in steps.")
+RANK_LAG = _m(
+    "traceml.rank.lag",
+    "1",
+    "Extra time per step versus the median rank, as a fraction of its step.",
+)
 RANK_STATE = _m("traceml.rank.state", "{state}", "1 for the rank's liveness state.", "state")
 DROPPED = _m("traceml.records.dropped", "{record}", "Records the rank dropped.", kind="counter")
 HOST_RSS = _m("traceml.host.rss", "By", "Resident memory of the rank's process, last step.")
