@@ -153,8 +153,8 @@ def period(steps: Sequence[int]) -> tuple[int, int] | None:
     """(period P, spikes on it) when most spikes sit on one lattice r + k*P; else None.
 
     Candidates are each spike's distance to its next PERIOD_LOOKAHEAD spikes; the most common
-    (the smallest on ties) wins if at least PERIOD_MIN_HITS spikes, and PERIOD_MIN_FRACTION of
-    all, share one residue mod P.
+    (the smallest on ties) wins if it repeats for PERIOD_MIN_FRACTION of the spikes and at least
+    PERIOD_MIN_HITS spikes, and PERIOD_MIN_FRACTION of all, share one residue mod P.
     """
     ordered = sorted(set(steps))
     gaps: Counter[int] = Counter()
@@ -163,9 +163,9 @@ def period(steps: Sequence[int]) -> tuple[int, int] | None:
             gaps[t - s] += 1
     if not gaps:
         return None
-    best = min(gaps.items(), key=lambda kv: (-kv[1], kv[0]))[0]
-    if best < 2:
-        return None
+    best, seen = min(gaps.items(), key=lambda kv: (-kv[1], kv[0]))
+    if best < 2 or seen < max(2, PERIOD_MIN_FRACTION * (len(ordered) - 1)):
+        return None  # no distance repeats often enough: a coincidence of residues is no period
     hits = Counter(s % best for s in ordered).most_common(1)[0][1]
     if hits < PERIOD_MIN_HITS or hits < PERIOD_MIN_FRACTION * len(ordered):
         return None
