@@ -17,6 +17,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.conftest import child_env, traceml_cmd
+from traceml.errors import RunNotFoundError
 from traceml.transport.subscribe.runs import resolve_run
 
 pytestmark = pytest.mark.slow
@@ -32,6 +33,10 @@ while not os.path.exists("stop"):
         opt.zero_grad(); m(torch.randn(2, 4)).sum().backward(); opt.step()
     time.sleep(0.005)
     i += 1
+    if i % 10 == 0:
+        with open("count.tmp", "w") as f:
+            f.write(str(i))
+        os.replace("count.tmp", "count")
 print("steps", i, flush=True)
 """
 
@@ -66,11 +71,19 @@ def wait_until(check: object, timeout: float, what: str) -> None:
         time.sleep(0.1)
 
 
-def job_steps() -> int:
+def job_steps(cwd: Path) -> int:
+    """Steps the job has run (it writes the count every 10 steps; run files lag by seconds)."""
     try:
-        return resolve_run(RUN_ID).last_step or 0
-    except Exception:
+        return int((cwd / "count").read_text())
+    except (OSError, ValueError):
         return 0
+
+
+def run_files_written() -> bool:
+    try:
+        return resolve_run(RUN_ID).live
+    except RunNotFoundError:
+        return False
 
 
 def start_exporter(*args: str) -> tuple[subprocess.Popen[str], int]:
@@ -101,7 +114,7 @@ def scrape(port: int) -> dict[str, list[tuple[dict[str, str], float]]]:
 def test_scrape_a_real_job_then_conflict_and_kill_cost_it_nothing(
     tmp_path: Path, job: subprocess.Popen[str]
 ) -> None:
-    wait_until(lambda: job_steps() > 20, 60, "the job's first steps")
+    wait_until(lambda: job_steps(tmp_path) > 0 and run_files_written(), 60, "the job's steps")
     exporter, port = start_exporter("--port", "0")
     try:
         wait_until(lambda: scrape(port).get("traceml_steps_total"), 20, "steps on /metrics")
@@ -143,8 +156,8 @@ def test_scrape_a_real_job_then_conflict_and_kill_cost_it_nothing(
     finally:
         os.kill(exporter.pid, signal.SIGKILL)
         exporter.wait(10)
-    before = job_steps()
-    wait_until(lambda: job_steps() > before + 20, 30, "the job to run on after the kill")
+    before = job_steps(tmp_path)
+    wait_until(lambda: job_steps(tmp_path) > before + 20, 30, "the job to run on after the kill")
     assert job.poll() is None
     (tmp_path / "stop").touch()
     out, err = job.communicate(timeout=60)
