@@ -137,3 +137,26 @@ def test_traceml_run_live_detach_and_attach_again(
     finally:
         if pid:
             stop(pid)
+
+
+def test_make_demo_shows_the_live_view_then_the_card_and_the_next_step(
+    tmux: Tmux, tmp_path: Path, runtime_dir: Path
+) -> None:
+    """`make demo` in a terminal: live view (charts included), q after the end, card, next step."""
+    repo = Path(__file__).resolve().parents[2]
+    (tmp_path / "examples").symlink_to(repo / "examples")
+    bin_dir = Path(sys.executable).parent
+    make = (
+        f"make -f {repo / 'Makefile'} BIN={bin_dir} -o {bin_dir / 'traceml'} demo"
+        "; echo EXIT=$?; sleep 60"
+    )
+    # COLUMNS/LINES from the test's own environment would override the pane's 120x40.
+    env = f"unset COLUMNS LINES; export TRACEML_RUNTIME_DIR={runtime_dir}"
+    tmux.start("demo", f"cd {tmp_path} && {env}; {make}")
+    screen = tmux.wait_for("demo", lambda s: "Step time over" in s and "INPUT_BOUND" in s)
+    assert "ms┤" in screen, "the step chart carries its scale"
+    tmux.wait_for("demo", lambda s: "press q to quit" in s, timeout=90)  # the script exited
+    tmux.run("send-keys", "-t", "demo", "q")
+    screen = tmux.wait_for("demo", lambda s: "EXIT=" in s, timeout=30)
+    assert "Next: fix it and compare" in screen
+    assert "summary written to" in screen and "INPUT_BOUND" in screen
