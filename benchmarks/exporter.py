@@ -10,8 +10,11 @@ would:
 
 - exporter CPU: its process's CPU seconds (psutil) over the window, as % of one core;
 - scrape: how long one GET /metrics took (median, max), and its size;
-- kept up: steps counted by the exporter's histogram (sum of `_count`) against steps the fleet
-  had published, at the window's end (the gap is what still sat in ZeroMQ's queues).
+- folded: steps the exporter's histogram counted over the window (sum of `_count`), and its CPU
+  per folded step, which gives its cost at the published rate even when a loaded host starves
+  it (then the first figure is what it got, not what it needs);
+- kept up: steps counted against steps the fleet had published, at the window's end (the gap
+  is what still sat in ZeroMQ's queues).
 """
 
 from __future__ import annotations
@@ -98,6 +101,7 @@ def measure(args: argparse.Namespace, tmp: Path) -> None:
         attach_s = wait_ranks(port, sc.ranks)
         time.sleep(WARMUP_S)
         proc = psutil.Process(exporter.pid)
+        seen0 = totals(scrape(port)[0])[1]
         cpu0, t0 = sum(proc.cpu_times()[:2]), time.monotonic()
         took, size = [], 0
         while time.monotonic() - t0 < args.seconds:
@@ -105,7 +109,7 @@ def measure(args: argparse.Namespace, tmp: Path) -> None:
             text, s = scrape(port)
             took.append(s)
             size = len(text)
-        cpu = 100.0 * (sum(proc.cpu_times()[:2]) - cpu0) / (time.monotonic() - t0)
+        cpu_s, span = sum(proc.cpu_times()[:2]) - cpu0, time.monotonic() - t0
         seen, sent = totals(scrape(port)[0])[1], published([Path(s.log) for s in specs])
     finally:
         if exporter is not None:
@@ -117,7 +121,13 @@ def measure(args: argparse.Namespace, tmp: Path) -> None:
     print(f"load {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
     print(f"{sc.ranks} ranks x {sc.rate:g} steps/s = {sc.total_rate:,.0f} steps/s published")
     print(f"every rank on /metrics after {attach_s:.1f} s")
-    print(f"exporter CPU over {args.seconds:g} s: {cpu:.1f} % of one core")
+    folded = seen - seen0
+    print(f"exporter CPU over {span:.0f} s: {100 * cpu_s / span:.1f} % of one core")
+    print(
+        f"folded {folded / span:,.0f} steps/s, {1e6 * cpu_s / folded:.1f} µs of CPU a step"
+        f" (scrapes included): {100 * cpu_s / folded * sc.total_rate:.1f} % of a core"
+        f" at {sc.total_rate:,.0f} steps/s"
+    )
     print(
         f"scrape every {args.scrape:g} s: median {1000 * statistics.median(took):.0f} ms,"
         f" max {1000 * max(took):.0f} ms, {size / 1024:.0f} KiB"
