@@ -73,3 +73,20 @@ def test_histogram_memory_is_bounded_and_never_counts_twice() -> None:
     hist.observe([step(i) for i in range(1, SEEN_STEPS + 100)])
     assert hist.observe([step(i) for i in range(SEEN_STEPS + 100)]) == []
     assert hist.buckets()[0].count == SEEN_STEPS + 99  # step 0, below the floor, never counted
+
+
+def test_export_modules_load_no_torch_textual_or_exporter_library() -> None:
+    """Importing every exporter (the CLI builds its parser from them) loads none of these: each
+    library is imported only when its exporter starts."""
+    import subprocess
+    import sys
+
+    heavy = ("torch", "textual", "prometheus_client", "opentelemetry", "wandb", "mlflow")
+    code = (
+        "import sys, traceml.cli.export, traceml.export.prometheus, traceml.export.otlp,"
+        " traceml.export.live, traceml.export.wandb_tracker, traceml.export.mlflow_tracker,"
+        " traceml.export.tensorboard_tracker\n"
+        f"print(sorted(m for m in {heavy!r} + ('tensorboard',) if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]", out.stderr
