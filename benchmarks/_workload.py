@@ -6,7 +6,7 @@ Run by benchmarks/overhead.py and distributed.py, never by hand. Usage:
 `traceml run`, init was already done by the launcher's bootstrap and this call is ignored);
 `peer` does the same with `traceml_ai` 0.5.0. Under torchrun (WORLD_SIZE > 1) the model is wrapped
 in DDP over gloo. Each rank writes its per-step wall times (µs, end of one step to end of the next,
-as TraceML cuts them) to OUT[.rank] as raw doubles; `rss` mode adds nothing here.
+as TraceML cuts them) to OUT[.rank] as raw doubles.
 """
 
 from __future__ import annotations
