@@ -14,9 +14,12 @@ of merges instead of being a guess from the halves. Pure arithmetic: no I/O, no 
 
 from __future__ import annotations
 
+import functools
+import itertools
 import math
+import operator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from traceml.errors import SchemaError
 from traceml.records import PHASES
@@ -32,6 +35,8 @@ SUMMARY_WINDOWS = 64
 """Windows final_summary.json keeps (the timeline coarsened by a power of two): about 5 KB."""
 SKETCH_ACCURACY = 0.02
 """Relative accuracy of a window's p50/p95 (bucket half-width)."""
+PENDING_STEPS = 256
+"""Steps a timeline holds before folding them (bounded memory; read windows fold them too)."""
 SKETCH_BUCKETS = 64
 """Most sketch buckets a window keeps; beyond it the lowest ones collapse into one."""
 
@@ -145,6 +150,21 @@ def _round(value: float | None, digits: int = 3) -> float | None:
     return None if value is None else round(value, digits)
 
 
+def _total(values: Iterable[float], start: float) -> float:
+    return functools.reduce(operator.add, values, start)
+
+
+def _add_column(v: list[float], at: int, count_at: int, column: Sequence[float | None]) -> None:
+    """Add a column's measured values at v[at] and their number at v[count_at]."""
+    try:
+        v[at] = _total(cast("Sequence[float]", column), v[at])
+        v[count_at] += len(column)
+    except TypeError:  # a None: not measured in some steps
+        measured = [x for x in column if x is not None]
+        v[at] = _total(measured, v[at])
+        v[count_at] += len(measured)
+
+
 def _bucket(ms: float) -> int:
     """Sketch bucket of a step time: 0 for <= 0, else ceil(log_gamma(ms)) shifted to be != 0."""
     if ms <= 0:
@@ -196,15 +216,16 @@ class _Open:
         self.sketch: dict[int, int] = {}
 
     def merge(self, other: _Open) -> None:
+        """Fold `other` in (halving merges 512 pairs per rank at once: kept at C speed)."""
         a, b = self.nums, other.nums
-        a[_FIRST] = min(a[_FIRST], b[_FIRST])
-        a[_LAST] = max(a[_LAST], b[_LAST])
-        a[_MAX] = max(a[_MAX], b[_MAX])
-        for i in (_N, _SUM, _RSS, _RSS_N, _DEV, _DEV_N, *range(_PH, _SIZE)):
-            a[i] += b[i]
+        kept = (a[_ID], min(a[_FIRST], b[_FIRST]), max(a[_LAST], b[_LAST]), max(a[_MAX], b[_MAX]))
+        a[:] = map(operator.add, a, b)
+        a[_ID], a[_FIRST], a[_LAST], a[_MAX] = kept
+        sketch = self.sketch
         for key, n in other.sketch.items():
-            self.sketch[key] = self.sketch.get(key, 0) + n
-        _collapse(self.sketch)
+            sketch[key] = sketch.get(key, 0) + n
+        if len(sketch) > SKETCH_BUCKETS:
+            _collapse(sketch)
 
     def freeze(self) -> TimelineWindow:
         v, n = self.nums, int(self.nums[_N])
@@ -250,7 +271,7 @@ class Timeline:
         capacity: Most windows kept; at least 2.
     """
 
-    __slots__ = ("_dirty", "_frozen", "_open", "_tuple", "capacity", "stride")
+    __slots__ = ("_dirty", "_frozen", "_open", "_pending", "_tuple", "capacity", "stride")
 
     def __init__(self, capacity: int = TIMELINE_WINDOWS) -> None:
         self.capacity = max(2, capacity)
@@ -260,42 +281,51 @@ class Timeline:
         """Windows in step order."""
         self._frozen: list[TimelineWindow | None] = []
         """Frozen copy of each window, None when it changed since (rebuilt on demand)."""
+        self._pending: list[StepRecord] = []
+        """Steps added but not folded yet (at most PENDING_STEPS)."""
         self._dirty = False
         self._tuple: tuple[TimelineWindow, ...] = ()
         """The last `windows()` answer, reused until a step changes a window."""
 
     def add(self, rec: StepRecord) -> None:
-        """Fold one step (steps may come in any order; each step should come once)."""
-        pos = self._find(rec.step // self.stride)
+        """Fold one step (steps may come in any order; each step should come once).
+
+        Steps wait in a short list and are folded column by column, a window's worth at a time
+        (`_flush`, at PENDING_STEPS or whenever the windows are read): several times cheaper
+        per step than one at a time, which matters to a viewer folding 6,400 steps a second.
+        """
+        self._pending.append(rec)
+        if len(self._pending) >= PENDING_STEPS:
+            self._flush()
+
+    def _flush(self) -> None:
+        pending, self._pending = self._pending, []
+        for _, group in itertools.groupby(pending, key=lambda r: r.step // self.stride):
+            self._fold(list(group))
+            if len(self._open) > self.capacity:
+                self._halve()
+
+    def _fold(self, group: list[StepRecord]) -> None:
+        """Records of one window, folded column by column."""
+        pos = self._find(group[0].step // self.stride)
         self._frozen[pos] = None
         self._dirty = True
-        v = self._open[pos].nums
-        ms = rec.step_ms
-        v[_N] += 1
-        v[_SUM] += ms
-        if ms > v[_MAX]:
-            v[_MAX] = ms
-        if rec.step < v[_FIRST]:
-            v[_FIRST] = rec.step
-        if rec.step > v[_LAST]:
-            v[_LAST] = rec.step
-        for i, p in enumerate(rec.phases):
-            if p is not None:
-                v[_PH + i] += p
-                v[_PH + _NP + i] += 1
-        if rec.host_rss_mb is not None:
-            v[_RSS] += rec.host_rss_mb
-            v[_RSS_N] += 1
-        if rec.device_allocated_mb is not None:
-            v[_DEV] += rec.device_allocated_mb
-            v[_DEV_N] += 1
-        sketch = self._open[pos].sketch
-        key = _bucket(ms)
-        sketch[key] = sketch.get(key, 0) + 1
+        window = self._open[pos]
+        v, ms, steps = window.nums, [r.step_ms for r in group], [r.step for r in group]
+        v[_N] += len(group)
+        v[_SUM] = _total(ms, v[_SUM])
+        v[_MAX] = max(v[_MAX], *ms)
+        v[_FIRST] = min(v[_FIRST], *steps)
+        v[_LAST] = max(v[_LAST], *steps)
+        for i, column in enumerate(zip(*(r.phases for r in group), strict=True)):
+            _add_column(v, _PH + i, _PH + _NP + i, column)
+        _add_column(v, _RSS, _RSS_N, [r.host_rss_mb for r in group])
+        _add_column(v, _DEV, _DEV_N, [r.device_allocated_mb for r in group])
+        sketch = window.sketch
+        for key in map(_bucket, ms):
+            sketch[key] = sketch.get(key, 0) + 1
         if len(sketch) > SKETCH_BUCKETS:
             _collapse(sketch)
-        if len(self._open) > self.capacity:
-            self._halve()
 
     def extend(self, records: Iterable[StepRecord]) -> None:
         for rec in records:
@@ -303,6 +333,8 @@ class Timeline:
 
     def windows(self, limit: int | None = None) -> tuple[TimelineWindow, ...]:
         """The windows in step order; with `limit`, coarsened pairwise until at most `limit`."""
+        if self._pending:
+            self._flush()
         if limit is not None and len(self._open) > limit:
             return self._coarsened(limit)
         if self._dirty:
@@ -322,6 +354,7 @@ class Timeline:
         """
         if not windows:
             return
+        self._flush()
         span = max((w.last_step - w.first_step + 1) for w in windows)
         stride = 1 << max(0, math.ceil(math.log2(max(1, span))))
         merged: dict[int, _Open] = {}
@@ -344,6 +377,7 @@ class Timeline:
 
     @property
     def steps(self) -> int:
+        self._flush()
         return sum(int(o.nums[_N]) for o in self._open)
 
     def _find(self, wid: int) -> int:
