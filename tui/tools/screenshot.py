@@ -34,8 +34,25 @@ async def shoot(out: Path, size: tuple[int, int], runtime: Path, steps: int) -> 
             if time.monotonic() > deadline:
                 raise SystemExit(f"the run never reached {steps} steps on screen")
             await pilot.pause(0.2)
-        await pilot.pause(1.5)  # let the charts take the latest snapshot
+        # The charts are rebuilt at most once a second: shoot when both show the header's step.
+        while not _consistent(app):
+            if time.monotonic() > deadline:
+                raise SystemExit("the charts never caught up with the header")
+            await pilot.pause(0.02)
         app.save_screenshot(out.name, str(out.parent))
+
+
+def _consistent(app: TraceMLApp) -> bool:
+    shown, step, memory = app.main.shown, app.main.chart.chart, app.main.memory.chart
+    if shown is None or step.data is None or memory.data is None:
+        return False
+    steps = shown.view.total_steps
+    return (
+        step.current
+        and memory.current
+        and step.data.points[-1].step == steps
+        and memory.data.points[-1][0] == steps
+    )
 
 
 def _ready(app: TraceMLApp, steps: int) -> bool:
@@ -48,6 +65,21 @@ def start_run(runtime: Path, steps: int, summary: Path) -> subprocess.Popen[byte
     cmd = [sys.executable, "-m", "traceml", "run", "--no-live", "--run-id", RUN_ID]
     cmd += ["--summary", str(summary), str(EXAMPLE), "--steps", str(steps * 20)]
     return subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def wait_for_files(runtime: Path) -> None:
+    """The viewer attaches to a run whose files exist: wait for the script to write them."""
+    from traceml.errors import RunNotFoundError
+    from traceml.transport.subscribe.runs import resolve_run
+
+    deadline = time.monotonic() + WAIT_S
+    while time.monotonic() < deadline:
+        try:
+            resolve_run(RUN_ID, runtime)
+            return
+        except RunNotFoundError:
+            time.sleep(0.2)
+    raise SystemExit("the example never started")
 
 
 def main() -> int:
@@ -63,6 +95,7 @@ def main() -> int:
         runtime.mkdir(mode=0o700)
         run = start_run(runtime, args.steps, Path(tmp) / "final_summary.json")
         try:
+            wait_for_files(runtime)
             asyncio.run(shoot(args.out.absolute(), (cols, rows), runtime, args.steps))
         finally:
             run.terminate()

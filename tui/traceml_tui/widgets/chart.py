@@ -49,6 +49,11 @@ class Chart(PlotextPlot, Generic[D]):
         elif self._pending is None:
             self._pending = self.set_timer(wait, self._due)
 
+    @property
+    def current(self) -> bool:
+        """True when the picture on screen was built from the latest data."""
+        return self._built_for is not None and self._built_for[0] == self._version
+
     def _due(self) -> None:
         self._pending = None
         self.refresh()
