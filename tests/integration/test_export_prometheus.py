@@ -1,6 +1,6 @@
 """`traceml export prometheus` against a real job under `traceml run`: /metrics scraped over HTTP
 and parsed with prometheus-client's parser; a port that cannot be bound and a killed exporter
-cost the job nothing."""
+cost the job nothing. The same job logs itself live into TensorBoard with `live()`."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.conftest import child_env, traceml_cmd
+from tests.integration.test_export_trackers import scalars_steps
 from traceml.errors import RunNotFoundError
 from traceml.transport.subscribe.runs import resolve_run
 
@@ -25,8 +26,11 @@ pytestmark = pytest.mark.slow
 RUN_ID = "export-prom-0001"
 LOOP = """
 import os, time, torch, traceml
+from tensorboard.summary import Writer
+from traceml.export.live import live
 m = torch.nn.Linear(4, 1)
 opt = torch.optim.SGD(m.parameters(), lr=0.1)
+live(Writer("tb"), every_s=0.5)  # the script's own TensorBoard run, live, with a last point at exit
 i = 0
 while not os.path.exists("stop"):
     with traceml.trace_step(m):
@@ -111,7 +115,7 @@ def scrape(port: int) -> dict[str, list[tuple[dict[str, str], float]]]:
     return out
 
 
-def test_scrape_a_real_job_then_conflict_and_kill_cost_it_nothing(
+def test_a_real_job_scraped_then_conflict_and_kill_cost_it_nothing(
     tmp_path: Path, job: subprocess.Popen[str]
 ) -> None:
     wait_until(lambda: job_steps(tmp_path) > 0 and run_files_written(), 60, "the job's steps")
@@ -162,4 +166,10 @@ def test_scrape_a_real_job_then_conflict_and_kill_cost_it_nothing(
     (tmp_path / "stop").touch()
     out, err = job.communicate(timeout=60)
     assert job.returncode == 0, err
-    assert "steps" in out
+    ran = int(out.split("steps")[-1].split()[0])
+
+    # live() in the script logged into its TensorBoard run on its own thread, the last point at
+    # exit: as far as the rank had published (records go out in batches at most 100 ms old)
+    points = scalars_steps(tmp_path / "tb")
+    assert len(points) >= 2 and points == sorted(set(points))
+    assert ran - 30 <= points[-1] <= ran

@@ -160,13 +160,23 @@ class Follower:
         self._thread.start()
         return self
 
-    def close(self) -> None:
-        """Stop the thread and close every subscriber; idempotent. The runs stay readable, so
-        an exporter's last export after close() still has the final states."""
+    def stop(self) -> None:
+        """Stop the thread, then read once more on the caller's thread (what arrived since its
+        last pass); the subscribers stay open. Idempotent."""
         self._stop.set()
         if self._thread is not None:
             self._thread.join(10)
             self._thread = None
+            if self.error is None:
+                try:
+                    self.pump()
+                except TraceMLError:
+                    pass
+
+    def close(self) -> None:
+        """Stop (see stop()) and close every subscriber; idempotent. The runs stay readable, so
+        an exporter's last export after close() still has the final states."""
+        self.stop()
         for run in self.runs():
             sub, run.sub = run.sub, None
             if sub is not None:

@@ -10,6 +10,7 @@ measured are left out, never logged as 0.
 
 from __future__ import annotations
 
+import atexit
 import os
 import sys
 import threading
@@ -173,6 +174,8 @@ class LiveLogger:
         if self._thread is not None:
             self._thread.join(10)
             self._thread = None
+        if self.owns_follower:
+            self.follower.stop()  # folds what arrived since its last pass into the last point
         self.log_once()
         self.tracker.close()
         if self.owns_follower:
@@ -246,7 +249,7 @@ def live(
         runtime_dir: Where runs live (tests).
 
     Returns:
-        The started LiveLogger; close() stops it and logs a last point.
+        The started LiveLogger; close() (also run at exit) stops it and logs a last point.
 
     Raises:
         ValueError: `target` is not one of those.
@@ -257,4 +260,9 @@ def live(
     tracker = _tracker_for(target)
     follower = Follower(run, runtime_dir=runtime_dir)
     find = None if run is not None else (lambda: own_run(runtime_dir))
-    return LiveLogger(follower, tracker, every_s=every_s, find_run=find, owns_follower=True).start()
+    logger = LiveLogger(follower, tracker, every_s=every_s, find_run=find, owns_follower=True)
+    owner = os.getpid()
+    # The last point at exit, before the tracker's own atexit (registered earlier, run later)
+    # finishes its run; never from a forked child, whose tracker is not ours to write.
+    atexit.register(lambda: logger.close() if os.getpid() == owner else None)
+    return logger.start()
