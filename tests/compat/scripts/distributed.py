@@ -1,8 +1,6 @@
-"""Two gloo ranks; the model is wrapped after `traceml.init()`: DDP (`ddp`) or FSDP2's
-`fully_shard` on each layer and the root (`fsdp2`). Each rank draws its own batches; rank 0
-prints the loss and the hash of the full (all-gathered) parameters."""
-
-import sys
+"""Two gloo ranks; models are wrapped after `traceml.init()`: first one in DDP (15 steps), then
+a second one sharded with FSDP2's `fully_shard` on each layer and the root (15 steps). Each rank
+draws its own batches; rank 0 prints both losses and the hash of the full parameters."""
 
 import _common
 import torch
@@ -12,31 +10,40 @@ from torch.nn.parallel import DistributedDataParallel
 
 import traceml
 
+
+def train(wrapped: torch.nn.Module, gen: torch.Generator) -> torch.Tensor:
+    opt = torch.optim.SGD(wrapped.parameters(), lr=0.01)
+    for _ in range(15):
+        x, y = torch.randn(32, 64, generator=gen), torch.randn(32, 1, generator=gen)
+        with traceml.trace_step(wrapped):
+            opt.zero_grad(set_to_none=True)
+            loss = torch.nn.functional.mse_loss(wrapped(x), y)
+            loss.backward()
+            opt.step()
+    return loss.detach()
+
+
+def gathered(value: torch.Tensor) -> list[float]:
+    values = [torch.zeros(()) for _ in range(dist.get_world_size())]
+    dist.all_gather(values, value)
+    return [v.item() for v in values]
+
+
 traceml.init()
 dist.init_process_group("gloo")
-rank = dist.get_rank()
+gen = torch.Generator().manual_seed(100 + dist.get_rank())
 _common.seed()
-model = _common.mlp(width=128)
-if sys.argv[1] == "ddp":
-    wrapped: torch.nn.Module = DistributedDataParallel(model)
-else:
-    for layer in model:
-        if isinstance(layer, torch.nn.Linear):
-            fully_shard(layer)
-    wrapped = fully_shard(model)
-opt = torch.optim.SGD(wrapped.parameters(), lr=0.01)
-gen = torch.Generator().manual_seed(100 + rank)
-for _ in range(30):
-    x, y = torch.randn(32, 64, generator=gen), torch.randn(32, 1, generator=gen)
-    with traceml.trace_step(wrapped):
-        opt.zero_grad(set_to_none=True)
-        loss = torch.nn.functional.mse_loss(wrapped(x), y)
-        loss.backward()
-        opt.step()
-state = {k: getattr(v, "full_tensor", lambda v=v: v)() for k, v in model.state_dict().items()}
-losses = [torch.zeros(()) for _ in range(dist.get_world_size())]
-dist.all_gather(losses, loss.detach())
-if rank == 0:
-    print(f"rank_losses={[t.item() for t in losses]!r}")
-    _common.report(loss, state)
+ddp_model = _common.mlp(width=128)
+ddp_loss = train(DistributedDataParallel(ddp_model), gen)
+fsdp_model = _common.mlp(width=128)
+for layer in fsdp_model:
+    if isinstance(layer, torch.nn.Linear):
+        fully_shard(layer)
+fsdp_loss = train(fully_shard(fsdp_model), gen)
+full = {k: getattr(v, "full_tensor", lambda v=v: v)() for k, v in fsdp_model.state_dict().items()}
+losses = gathered(ddp_loss), gathered(fsdp_loss)
+if dist.get_rank() == 0:
+    print(f"ddp_losses={losses[0]!r}")
+    print(f"fsdp_losses={losses[1]!r}")
+    _common.report(fsdp_loss, ddp_model, full)
 dist.destroy_process_group()

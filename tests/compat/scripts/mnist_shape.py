@@ -72,7 +72,7 @@ def main() -> None:
     args = parser.parse_args()
     _common.seed(1)
     train_set = TensorDataset(
-        torch.randn(14 * args.batch_size, 1, 28, 28), torch.randint(0, 10, (14 * args.batch_size,))
+        torch.randn(10 * args.batch_size, 1, 28, 28), torch.randint(0, 10, (10 * args.batch_size,))
     )
     test_set = TensorDataset(torch.randn(32, 1, 28, 28), torch.randint(0, 10, (32,)))
     train_loader = DataLoader(train_set, batch_size=args.batch_size, shuffle=True)

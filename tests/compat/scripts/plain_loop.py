@@ -1,6 +1,5 @@
-"""No DataLoader: batches from a Python list (`list`) or a generator (`generator`)."""
+"""No DataLoader: 20 batches from a Python list, then 20 from a generator."""
 
-import sys
 from collections.abc import Iterator
 
 import _common
@@ -11,7 +10,7 @@ import traceml
 _common.seed()
 model = _common.mlp()
 opt = torch.optim.SGD(model.parameters(), lr=0.01)
-batches = [(torch.randn(32, 64), torch.randn(32, 1)) for _ in range(40)]
+batches = [(torch.randn(32, 64), torch.randn(32, 1)) for _ in range(20)]
 
 
 def generate() -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
@@ -19,11 +18,11 @@ def generate() -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         yield x * 2.0, y
 
 
-source = batches if sys.argv[1] == "list" else generate()
-for x, y in source:
-    with traceml.trace_step(model):
-        opt.zero_grad(set_to_none=True)
-        loss = torch.nn.functional.mse_loss(model(x), y)
-        loss.backward()
-        opt.step()
+for source in (batches, generate()):
+    for x, y in source:
+        with traceml.trace_step(model):
+            opt.zero_grad(set_to_none=True)
+            loss = torch.nn.functional.mse_loss(model(x), y)
+            loss.backward()
+            opt.step()
 _common.report(loss, model, opt)
