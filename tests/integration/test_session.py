@@ -25,7 +25,6 @@ def torch_state() -> dict[str, Any]:
     return {
         "call": torch.nn.Module.__dict__["__call__"],
         "next": dl._BaseDataLoaderIter.__dict__["__next__"],
-        "backward": torch.Tensor.__dict__["backward"],
         "autograd": torch.autograd.backward,
         "to": "to" in torch.Tensor.__dict__,
         "cuda": "cuda" in torch.Tensor.__dict__,
