@@ -22,6 +22,7 @@ torch = pytest.importorskip("torch")
 
 import traceml  # noqa: E402
 from tests.integration._nets import Net, mlp  # noqa: E402
+from traceml.analysis.rules_step import LBFGS_ACTION  # noqa: E402
 from traceml.analysis.summary import load_summary  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
@@ -180,10 +181,12 @@ def test_an_lbfgs_closure_keeps_forward_and_backward(session_env: Path) -> None:
     summary = load_summary(session_env)
     st = summary["step_time"]
     assert st["forward_pct"] > 0 and st["backward_pct"] > 0, st
-    assert st["forward_pct"] + st["backward_pct"] > st["optimizer_pct"], st
     assert summary["run"]["optimizers"] == ["LBFGS"]
-    for finding in summary["findings"]:
+    for finding in summary["findings"]:  # LBFGS's own math may well be the bottleneck
         assert "fused" not in finding["action"], finding
+        if finding["kind"] == "OPTIMIZER_BOUND":
+            assert finding["action"] == LBFGS_ACTION
+            assert "optimizer (LBFGS)" in finding["summary"]
 
 
 def test_traceml_skip_leaves_a_patch_out(

@@ -3,8 +3,6 @@ step field, the record it becomes (clamped to backward, never on CUDA) and the w
 
 from __future__ import annotations
 
-import copy
-import pickle
 from collections import deque
 from collections.abc import Callable
 from typing import Any
@@ -163,14 +161,6 @@ def test_timestamps_are_bounded_and_off_after_unlink(
     fut.complete()
     assert comm.ready == [] and comm.done == [], "inert: all-reduce only"
     assert len(group.calls) == 2
-
-
-def test_link_pickles_and_copies_inert(
-    rig: tuple[CommWait, FakeClock, FakeGroup, CommLink],
-) -> None:
-    _, _, _, link = rig
-    for clone in (pickle.loads(pickle.dumps(link)), copy.deepcopy(link)):
-        assert clone.comm is None and clone.group is None
 
 
 def test_attach_ignores_what_is_not_ddp() -> None:
