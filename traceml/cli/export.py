@@ -155,8 +155,9 @@ def _serve_prometheus(args: argparse.Namespace) -> int:
 
 
 def _push_otlp(args: argparse.Namespace) -> int:
-    from traceml.export.otlp import OtlpExporter
+    from traceml.export.otlp import OtlpExporter, log_failures_once
 
+    log_failures_once()
     exporter = OtlpExporter(args.endpoint, run=args.run, follow_all=args.all, every_s=args.every)
     exporter.start()
     try:

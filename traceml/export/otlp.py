@@ -9,6 +9,8 @@ here.
 
 from __future__ import annotations
 
+import logging
+import re
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -41,6 +43,32 @@ def _sdk() -> Any:
             "the OTLP exporter is not installed: pip install 'traceml-ai[otlp]'"
         ) from e
     return metric_exporter
+
+
+class OnceFilter(logging.Filter):
+    """Passes each distinct message once (numbers ignored): an unreachable collector is one
+    warning, not three lines per export for as long as it stays down."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._seen: set[str] = set()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        key = re.sub(r"[\d.]+", "#", record.getMessage())[:200]
+        if key in self._seen or len(self._seen) > 100:
+            return False
+        self._seen.add(key)
+        return True
+
+
+def log_failures_once() -> None:
+    """Route the OpenTelemetry SDK's log lines to stderr, each distinct one once (the CLI)."""
+    handler = logging.StreamHandler()
+    handler.addFilter(OnceFilter())
+    handler.setFormatter(logging.Formatter("traceml export otlp: %(message)s"))
+    sdk = logging.getLogger("opentelemetry")
+    sdk.addHandler(handler)
+    sdk.propagate = False
 
 
 class _Samples:
