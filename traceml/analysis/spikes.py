@@ -99,6 +99,15 @@ def excess_phase(phases: Sequence[float | None], typical: Sequence[StepRecord]) 
     return None if best is None else PHASES[best[1]]
 
 
+def largest_phase(phases: Sequence[float | None]) -> Phase | None:
+    """The phase with the most ms; None if none was measured (a step that is no spike)."""
+    best, at = -1.0, -1
+    for i, value in enumerate(phases):
+        if value is not None and value > best:
+            best, at = value, i
+    return PHASES[at] if at >= 0 else None
+
+
 class SpikeTotals:
     """Spikes of one span of steps (a warm-up segment, a live window): O(1) memory."""
 
@@ -122,7 +131,7 @@ class SpikeTotals:
         heap = self.slowest
         if len(heap) >= SLOWEST_KEPT and rec.step_ms <= heap[0][0]:
             return slow
-        slow = slow or SlowStep(rec.step, rec.step_ms, excess_phase(rec.phases, ()))
+        slow = slow or SlowStep(rec.step, rec.step_ms, largest_phase(rec.phases))
         item = (rec.step_ms, rec.step, slow)
         if len(heap) < SLOWEST_KEPT:
             heapq.heappush(heap, item)

@@ -19,14 +19,23 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
+import heapq
 import itertools
 import math
+import operator
 import threading
 from collections import deque
 from typing import TYPE_CHECKING, Any
 
 from traceml.analysis.comm import CommTotals
-from traceml.analysis.spikes import LOG_KEPT, Baseline, SlowStep, SpikeTotals, spike_window
+from traceml.analysis.spikes import (
+    LOG_KEPT,
+    SLOWEST_KEPT,
+    Baseline,
+    SlowStep,
+    SpikeTotals,
+    spike_window,
+)
 from traceml.analysis.stats import (
     SERIES_POINTS,
     PhaseTotals,
@@ -171,15 +180,18 @@ class _Rank:
         self.baseline.observe(rec)
         totals.offer(rec, slow)
 
-    def spikes_of(self, records: Iterable[StepRecord]) -> SpikeTotals:
-        """Spike totals of ring records (a live window, an exact summary)."""
+    def spikes_of(self, records: Sequence[StepRecord]) -> SpikeTotals:
+        """Spike totals of ring records (a live window, an exact summary): built for every
+        changed rank of every viewer snapshot, so the slowest steps are picked at C speed."""
         totals = SpikeTotals()
-        logged = {s.step: s for s in self.spike_log}
-        for rec in records:
-            slow = logged.get(rec.step)
-            if rec.step in self.spike_steps:
-                totals.add_spike(rec)
-            totals.offer(rec, slow)
+        if self.spike_steps:
+            for rec in records:
+                if rec.step in self.spike_steps:
+                    totals.add_spike(rec)
+        top = heapq.nlargest(SLOWEST_KEPT, records, key=operator.attrgetter("step_ms"))
+        logged = {s.step: s for s in self.spike_log} if self.spike_log else {}
+        for rec in top:
+            totals.offer(rec, logged.get(rec.step))
         return totals
 
     def listed(self, start: int, stop: int | None = None) -> list[SlowStep]:

@@ -271,7 +271,7 @@ class Timeline:
         capacity: Most windows kept; at least 2.
     """
 
-    __slots__ = ("_dirty", "_frozen", "_open", "_pending", "_tuple", "capacity", "stride")
+    __slots__ = ("_open", "_pending", "_stale", "_tuple", "capacity", "stride")
 
     def __init__(self, capacity: int = TIMELINE_WINDOWS) -> None:
         self.capacity = max(2, capacity)
@@ -279,13 +279,13 @@ class Timeline:
         """Steps per window (a power of two); doubles on each pairwise merge."""
         self._open: list[_Open] = []
         """Windows in step order."""
-        self._frozen: list[TimelineWindow | None] = []
-        """Frozen copy of each window, None when it changed since (rebuilt on demand)."""
         self._pending: list[StepRecord] = []
         """Steps added but not folded yet (at most PENDING_STEPS)."""
-        self._dirty = False
         self._tuple: tuple[TimelineWindow, ...] = ()
-        """The last `windows()` answer, reused until a step changes a window."""
+        """The last `windows()` answer: only the windows changed since are frozen again."""
+        self._stale: set[int] | None = set()
+        """Positions of the windows changed since `windows()`; None when positions moved (a
+        window was inserted, or windows merged): then every window is frozen again."""
 
     def add(self, rec: StepRecord) -> None:
         """Fold one step (steps may come in any order; each step should come once).
@@ -308,8 +308,8 @@ class Timeline:
     def _fold(self, group: list[StepRecord]) -> None:
         """Records of one window, folded column by column."""
         pos = self._find(group[0].step // self.stride)
-        self._frozen[pos] = None
-        self._dirty = True
+        if self._stale is not None:
+            self._stale.add(pos)
         window = self._open[pos]
         v, ms, steps = window.nums, [r.step_ms for r in group], [r.step for r in group]
         v[_N] += len(group)
@@ -337,13 +337,14 @@ class Timeline:
             self._flush()
         if limit is not None and len(self._open) > limit:
             return self._coarsened(limit)
-        if self._dirty:
-            frozen = self._frozen
-            for i, cached in enumerate(frozen):
-                if cached is None:
-                    frozen[i] = self._open[i].freeze()
-            self._tuple = tuple(w for w in frozen if w is not None)
-            self._dirty = False
+        stale = self._stale
+        if stale is None:
+            self._tuple = tuple(o.freeze() for o in self._open)
+        elif stale:  # usually the open, last window (and new ones after it): refreeze the tail
+            lo = min(stale)
+            tail = tuple(self._open[i].freeze() for i in range(lo, len(self._open)))
+            self._tuple = self._tuple[:lo] + tail
+        self._stale = set()
         return self._tuple
 
     def seed(self, windows: Sequence[TimelineWindow]) -> None:
@@ -370,8 +371,7 @@ class Timeline:
             part.nums[_ID] = int(part.nums[_FIRST]) // self.stride
         opens = sorted([*self._open, *merged.values()], key=lambda o: o.nums[_ID])
         self._open = _coalesce(opens)
-        self._frozen = [None] * len(self._open)
-        self._dirty = True
+        self._stale = None
         while len(self._open) > self.capacity:
             self._halve()
 
@@ -388,14 +388,15 @@ class Timeline:
         if pos > 0 and opens[pos - 1].nums[_ID] == wid:
             return pos - 1
         opens.insert(pos, _Open(wid))
-        self._frozen.insert(pos, None)
+        if pos < len(opens) - 1:
+            self._stale = None  # a late step opened a window before others: positions moved
         return pos
 
     def _halve(self) -> None:
         for part in self._open:
             part.nums[_ID] = int(part.nums[_ID]) // 2
         self._open = _coalesce(self._open)
-        self._frozen = [None] * len(self._open)
+        self._stale = None
         self.stride *= 2
 
     def _coarsened(self, limit: int) -> tuple[TimelineWindow, ...]:
