@@ -38,7 +38,7 @@ class StepChart(Chart[ChartData]):
         if not layers:  # no phase measured: the step time alone
             layers = [("other", [p.step_ms for p in data.points])]
         for phase, totals in reversed(layers):  # top first: each lower layer paints over it
-            plt.plot(xs, totals, marker="hd", fillx=True, color=self.rgb(PHASE_STYLE[phase]))
+            plt.plot(xs, totals, marker="sd", fillx=True, color=self.rgb(PHASE_STYLE[phase]))
         top = max(max(layers[-1][1]), 1e-3)
         self.axes(plt, xs, (0.0, top * 1.05), ms)
 
