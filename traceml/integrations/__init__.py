@@ -3,7 +3,7 @@
 `import traceml.integrations` is cheap: each name loads its module on first use (PEP 562), and
 no module here imports torch, wandb, mlflow, transformers or lightning before it needs them.
 
-    from traceml.integrations import log_summary, TraceMLCallback, TraceMLLightningCallback
+    from traceml.integrations import log_summary, live, TraceMLCallback, TraceMLLightningCallback
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from traceml.export.live import live
     from traceml.integrations.boundary import StepBoundary
     from traceml.integrations.flatten import FlatSummary, flatten_summary
     from traceml.integrations.hf import TraceMLCallback
@@ -25,6 +26,7 @@ __all__ = [
     "TraceMLCallback",
     "TraceMLLightningCallback",
     "flatten_summary",
+    "live",
     "log_summary",
 ]
 _HOME = {
@@ -35,13 +37,16 @@ _HOME = {
     "StepBoundary": "boundary",
     "TraceMLCallback": "hf",
     "TraceMLLightningCallback": "lightning",
+    "live": "traceml.export.live",
 }
+"""Where each name lives: a module of this package, or a full module path."""
 
 
 def __getattr__(name: str) -> Any:
     home = _HOME.get(name)
     if home is None:
         raise AttributeError(f"module 'traceml.integrations' has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"traceml.integrations.{home}"), name)
+    path = home if home.startswith("traceml.") else f"traceml.integrations.{home}"
+    value = getattr(importlib.import_module(path), name)
     globals()[name] = value
     return value
