@@ -100,7 +100,7 @@ time.sleep(600)
 
 def test_a_killed_rank_0_still_gets_the_jobs_summary(runtime_dir: Path, tmp_path: Path) -> None:
     """Rank 0 dies by SIGKILL (an OOM kill): the collector, in a session of its own, notices,
-    and writes what it collected, with rank 0 dead and the run's exit "signal"."""
+    and writes what it collected, with rank 0 dead and the run's exit "killed"."""
     summary = tmp_path / "summary.json"
     cfg = config(runtime_dir, summary, 0)
     parent = subprocess.Popen(
@@ -126,7 +126,7 @@ def test_a_killed_rank_0_still_gets_the_jobs_summary(runtime_dir: Path, tmp_path
             f.close(linger_ms=0)
     data = json.loads(summary.read_text())
     validate_summary(data)
-    assert data["run"]["exit"] == "signal"
+    assert data["run"]["exit"] == "killed"
     rows = {r["rank"]: r for r in data["ranks"]}
     assert rows[0]["state"] == "dead" and rows[0]["steps"] == 30
     assert rows[1]["state"] == "finished"
