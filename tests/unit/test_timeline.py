@@ -112,7 +112,7 @@ def test_store_views_carry_the_whole_run_timeline() -> None:
 
 
 def test_summary_columns_read_back_as_windows() -> None:
-    from traceml.analysis.timeline import timeline_columns, windows_of_columns
+    from traceml.analysis.timeline_json import timeline_columns, windows_of_columns
 
     tl = Timeline()
     tl.extend(rec(i, 10.0 + i % 5) for i in range(300))

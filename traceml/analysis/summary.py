@@ -25,7 +25,8 @@ from traceml.analysis.rules_memory import memory_growth
 from traceml.analysis.rules_ranks import rank_lags, with_comm_wait
 from traceml.analysis.schema import SUMMARY_READS, SUMMARY_SCHEMA, validate_summary
 from traceml.analysis.stats import SYSTEM_MEANS, SYSTEM_PEAKS, max_opt, median, series_slope
-from traceml.analysis.timeline import SUMMARY_WINDOWS, coarsen, timeline_columns
+from traceml.analysis.timeline import SUMMARY_WINDOWS, coarsen
+from traceml.analysis.timeline_json import timeline_columns
 from traceml.config import DEFAULT_THRESHOLDS, Thresholds
 from traceml.errors import ConfigError, SchemaError
 from traceml.records import PHASES
