@@ -14,8 +14,8 @@ ACCUM = 4
 _common.seed()
 model = _common.mlp(width=512)
 opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
-data = TensorDataset(torch.randn(48 * 32, 64), torch.randn(48 * 32, 1))
-loader = DataLoader(data, batch_size=32, shuffle=True)
+data = TensorDataset(torch.randn(64 * 64, 64), torch.randn(64 * 64, 1))
+loader = DataLoader(data, batch_size=64, shuffle=True)
 for i, (x, y) in enumerate(loader):
     with traceml.trace_step(model):
         loss = torch.nn.functional.mse_loss(model(x), y) / ACCUM
