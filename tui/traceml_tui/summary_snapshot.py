@@ -13,7 +13,8 @@ from types import MappingProxyType
 from typing import Any
 
 from traceml.analysis.diagnose import Diagnosis
-from traceml.analysis.timeline import TimelineWindow, windows_of_columns
+from traceml.analysis.timeline import TimelineWindow
+from traceml.analysis.timeline_json import windows_of_columns
 from traceml.analysis.view import RankWindow, RunView
 from traceml.records import PHASES, Finding
 from traceml_tui.snapshot import PhaseSplit, Snapshot
