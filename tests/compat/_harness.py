@@ -225,7 +225,7 @@ class Live:
                 raise AssertionError(f"{self.kind} run never printed {prefix!r}:\n{self.stdout()}")
             time.sleep(0.05)
 
-    def finish(self, deadline: float, summary: Path | None) -> Run:
+    def finish(self, deadline: float, summary: Path | None, linger: float = LINGER_S) -> Run:
         try:
             code = self.proc.wait(max(0.1, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
@@ -241,7 +241,7 @@ class Live:
             stderr=stderr,
             cwd=self.cwd,
             summary_path=summary,
-            leftovers=session_leftovers(self.sid, LINGER_S),
+            leftovers=session_leftovers(self.sid, linger),
         )
 
     def kill(self) -> None:
@@ -301,6 +301,7 @@ def run_case(
     env: Mapping[str, str] | None = None,
     timeout: float = 90.0,
     interrupt_on: str | None = None,
+    linger: float = LINGER_S,
 ) -> Pair:
     """Run `scripts/<script> args` bare and traced at the same time; return both outcomes.
 
@@ -314,6 +315,7 @@ def run_case(
         interrupt_on: Once a run prints a line starting with this, it gets SIGINT, as
             `kill -INT <pid>` of the command the user started would send it (the launcher
             for the traced run, which passes it on to the script).
+        linger: Seconds a run's leftover processes get to exit before they count as left.
     """
     deadline = time.monotonic() + timeout
     runs = [start(kind, script, args, tmp_path, nproc, env) for kind in ("bare", "traced")]
@@ -322,7 +324,7 @@ def run_case(
             for live, _ in runs:
                 live.wait_line(interrupt_on, deadline)
                 live.proc.send_signal(signal.SIGINT)
-        bare, traced = (live.finish(deadline, summary) for live, summary in runs)
+        bare, traced = (live.finish(deadline, summary, linger) for live, summary in runs)
     finally:
         for live, _ in runs:
             live.kill()
