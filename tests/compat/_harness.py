@@ -16,6 +16,10 @@ out of the traced stderr. What counts as TraceML's own lines is exactly this (`s
   `traceml: step N · ... · KIND (severity)`.
 
 Anything else on the traced stderr (a TraceML warning, an extra traceback frame) is a difference.
+The exit code is compared as a shell reports it (128 + N after a death by signal N) and, apart,
+whether the process itself died of the signal. Every process of a run's session (DataLoader
+workers, the job collector, a tracker's service) must be gone within LINGER_S of its end, and the
+bare run must have written no summary.
 
     pair = run_case("grad_accum.py", tmp_path=tmp_path)
     pair.assert_same()
