@@ -442,6 +442,7 @@ def test_render_table_has_one_row_per_run() -> None:
     lines = render_table(cs).splitlines()
     assert lines[0] == "Baseline  base.json · train.py · run run · median 70.0 ms"
     assert len(lines) == 2 + len(runs)
-    assert lines[2].split()[:5] == ["slow.json", "100", "ms", "+43", "%"]
+    assert lines[1].split()[:3] == ["run", "script", "median"]
+    assert lines[2].split()[:6] == ["slow.json", "train.py", "100", "ms", "+43", "%"]
     assert "REGRESSION  step +43 %: dataloader +38.0 ms" in lines[2]
     assert "EQUIVALENT" in lines[3]

@@ -55,6 +55,7 @@ COMPARE_SCHEMA = "traceml.compare/1"
 MAX_RANK_ROWS = 16
 """Rank rows in the text report; bigger jobs show the ranks that changed most."""
 LABEL_WIDTH = 36
+SCRIPT_WIDTH = 24
 """Widest run label in the table; longer labels keep their end."""
 
 
@@ -278,15 +279,19 @@ def render_table(comparisons: Sequence[Comparison]) -> str:
     """
     base = comparisons[0].baseline
     width = min(LABEL_WIDTH, max(len(c.candidate.label) for c in comparisons))
+    script = min(SCRIPT_WIDTH, max(len(c.candidate.script or "?") for c in comparisons))
     median = comparisons[0].step_median_ms.baseline
     lines = [f"Baseline  {base.label} · {base.script} · run {base.run_id} · median {ms(median)}"]
     lines.append(
-        f"{'run':<{width}}  {'median':>9} {'step':>8} {'p95':>8} {'memory':>8}  {'verdict':<11}"
-        " reason"
+        f"{'run':<{width}}  {'script':<{script}}  {'median':>9} {'step':>8} {'p95':>8}"
+        f" {'memory':>8}  {'verdict':<11} reason"
     )
     for c in comparisons:
+        # The run's label (a path) is cut from the left, so its script keeps a column of its own.
         lines.append(
-            f"{_fit(c.candidate.label, width):<{width}}  {ms(c.step_median_ms.candidate):>9}"
+            f"{_fit(c.candidate.label, width):<{width}}"
+            f"  {_fit(c.candidate.script or '?', script):<{script}}"
+            f"  {ms(c.step_median_ms.candidate):>9}"
             f" {signed_pct(c.step_median_ms.ratio):>8} {signed_pct(c.step_p95_ms.ratio):>8}"
             f" {signed_pct(c.memory.peak_mb.ratio):>8}  {c.verdict:<11} {c.reason}"
         )
