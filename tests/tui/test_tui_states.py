@@ -80,11 +80,12 @@ def test_a_stalled_rank_says_for_how_long_no_step_ended() -> None:
     run = CannedRun()
     store = store_of(run)
     store.set_rank_state(1, "stalled")
+    store.set_phase(1, "dataloader")  # as its heartbeats say
     last_end = T0 + (run.steps - 1) * 0.027 + 0.03
     snap = from_store(store, now=last_end + 25, last_data_at=last_end + 24)
     assert snap.worst == 1, "a stalled rank is listed (and charted) first"
     stall = stall_text(snap)
     assert stall is not None
-    assert stall.startswith("rank 1 stalled: no step ended for 25 s after step 120")
+    assert stall.startswith("rank 1 stalled: no step ended for 25 s after step 120, in dataloader")
     assert "⚠ rank 1 stalled" in diagnosis_content(snap).plain
     assert stall_text(snapshot_of()) is None

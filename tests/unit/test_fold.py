@@ -30,6 +30,9 @@ class Recorder:
     def set_dropped(self, rank: int, dropped: int) -> None:
         self.calls.append(("dropped", rank))
 
+    def set_phase(self, rank: int, phase: str | None) -> None:
+        self.calls.append(("phase", rank))
+
     def set_rank_state(self, rank: int, state: RankState) -> None:
         self.calls.append(("state", (rank, state)))
 

@@ -30,7 +30,9 @@ class ClosingSink:
     def send_system(self, sample: SystemSample) -> None:
         pass
 
-    def service(self, now: float, *, last_step: int, dropped: int, primary: str | None) -> None:
+    def service(
+        self, now: float, *, last_step: int, dropped: int, primary: str | None, phase: str | None
+    ) -> None:
         pass
 
     def close(self, end: RankEnd, summary_path: Any) -> None:

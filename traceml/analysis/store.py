@@ -90,6 +90,7 @@ class _Rank:
         "last_step",
         "last_system",
         "live",
+        "phase",
         "rare",
         "ring",
         "segments",
@@ -128,6 +129,8 @@ class _Rank:
         self.end: RankEnd | None = None
         self.state: RankState = "live"
         self.dropped = 0
+        self.phase: str | None = None
+        """The phase the rank's last heartbeat said it was in; None when not told."""
         self.system = SystemTotals()
         self.last_system: SystemSample | None = None
         self.timeline = Timeline()
@@ -336,6 +339,7 @@ def _window(
         state=data.state,
         clock=stats.clock,
         dropped=data.dropped,
+        phase=data.phase,
         exit=data.end.exit if data.end else None,
         timeline=data.timeline.windows(),
     )
@@ -400,6 +404,14 @@ class RunStore:
             data = self._rank(rank)
             if data.state != state:
                 data.state = state
+                data.version += 1
+
+    def set_phase(self, rank: int, phase: str | None) -> None:
+        """The phase a rank's heartbeat says it is in (shown when it stalls)."""
+        with self._lock:
+            data = self._rank(rank)
+            if data.phase != phase:
+                data.phase = phase
                 data.version += 1
 
     def set_dropped(self, rank: int, dropped: int) -> None:

@@ -69,6 +69,9 @@ class RankWindow:
     clock: Clock = "host"
     dropped: int = 0
     """Records the rank had to drop because the viewer or transport fell behind; 0 = none."""
+    phase: str | None = None
+    """The phase the rank's training thread was in at its last heartbeat (`between` outside a
+    step): where a stalled rank is stuck. None when no heartbeat said it."""
     exit: ExitKind | None = None
     """How the rank ended; None while it runs."""
     comm_wait_share: float | None = None

@@ -82,7 +82,15 @@ def state_text(run: RunEntry, now: float) -> str:
     since = [r.last_step_t for r in run.ranks if r.last_step_t is not None]
     if not since:
         return run.state
-    return f"{run.state} (no step for {format_age(now - max(since))})"
+    stuck = "" if run.state == "dead" else _stuck_in(run)
+    return f"{run.state} (no step for {format_age(now - max(since))}{stuck})"
+
+
+def _stuck_in(run: RunEntry) -> str:
+    """ ", in forward": the phase a stalled rank's file says it is in ("" when none says)."""
+    stalled = [r for r in run.ranks if run.rank_states.get(r.info.rank) == "stalled"]
+    phases = [r.phase for r in stalled or run.ranks if r.phase]
+    return f", in {phases[0]}" if phases else ""
 
 
 def format_age(seconds: float) -> str:

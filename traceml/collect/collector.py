@@ -156,11 +156,12 @@ class Collector:
 def _heartbeat(rank: int, header: Header, body: dict[str, Any]) -> HeartbeatEvent:
     last = body.get("last_step")
     dropped = body.get("dropped")
-    primary = body.get("primary")
+    primary, phase = body.get("primary"), body.get("phase")
     return HeartbeatEvent(
         rank=rank,
         last_step=last if isinstance(last, int) else -1,
         dropped=dropped if isinstance(dropped, int) else 0,
         primary=primary if isinstance(primary, str) else None,
         t=header.t,
+        phase=phase if isinstance(phase, str) else None,
     )

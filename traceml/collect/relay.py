@@ -50,6 +50,7 @@ class _Relay:
     last_step: int = -1
     dropped: int = 0
     primary: str | None = None
+    phase: str | None = None
 
 
 class Relays:
@@ -109,7 +110,7 @@ class Relays:
                 pub.send_system(event.sample)
             elif isinstance(event, HeartbeatEvent):
                 relay.last_step, relay.dropped = event.last_step, event.dropped
-                relay.primary = event.primary
+                relay.primary, relay.phase = event.primary, event.phase
                 self._service(relay, now, heartbeat=True)
             elif isinstance(event, EndEvent):
                 pub.close(event.end, None)
@@ -146,6 +147,7 @@ class Relays:
             last_step=relay.last_step,
             dropped=relay.dropped,
             primary=relay.primary,
+            phase=relay.phase,
             heartbeat=heartbeat,
         )
 

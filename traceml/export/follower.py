@@ -84,6 +84,9 @@ class Followed:
     def set_dropped(self, rank: int, dropped: int) -> None:
         self.store.set_dropped(rank, dropped)
 
+    def set_phase(self, rank: int, phase: str | None) -> None:
+        self.store.set_phase(rank, phase)
+
     def set_rank_state(self, rank: int, state: RankState) -> None:
         self.store.set_rank_state(rank, state)
         self.states[rank] = state

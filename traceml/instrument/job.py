@@ -248,7 +248,9 @@ class JobLink:
         if self._feed is not None:
             self._feed.send_info(info)
 
-    def service(self, now: float, *, last_step: int, dropped: int, primary: str | None) -> None:
+    def service(
+        self, now: float, *, last_step: int, dropped: int, primary: str | None, phase: str | None
+    ) -> None:
         if self._job is not None:
             self._job.tick(now)
             return
@@ -259,7 +261,7 @@ class JobLink:
             self._flush(now)
         if now - self._last_hb >= HEARTBEAT_S:
             self._last_hb = now
-            body = {"last_step": last_step, "dropped": dropped, "primary": primary}
+            body = {"last_step": last_step, "dropped": dropped, "primary": primary, "phase": phase}
             self._feed.heartbeat(body | {"pid": os.getpid()})
 
     def _flush(self, now: float) -> None:

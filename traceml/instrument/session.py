@@ -26,7 +26,7 @@ from traceml.instrument.memory import CudaMemory, HostRss
 from traceml.instrument.timer import RawStep, StepTimer
 from traceml.instrument.worker import TxWorker, WorkerParts
 from traceml.probe import warn_directly, warn_once
-from traceml.records import ExitKind, RankEnd, RankInfo
+from traceml.records import PHASES, ExitKind, RankEnd, RankInfo
 
 SHUTDOWN_TIMEOUT_S = 2.0
 
@@ -144,6 +144,7 @@ class Session:
             finish=self._finish_on_tx,
             primary=lambda: _primary_kind(store),
             optimizers=lambda: tuple(self.hooks.optimizers),
+            phase=lambda: PHASES[self.timer.open_phase],
         )
 
     def _make_sinks(self, info: RankInfo, store: Any) -> list[Any]:

@@ -163,6 +163,12 @@ class StepTimer:
         self._label = label
         self._t = t
 
+    @property
+    def open_phase(self) -> int:
+        """Index of the phase time is counted in now (`between` outside a step). The tx thread
+        reads it for the heartbeat, so a stalled rank says where it is stuck; a plain int read."""
+        return self._label
+
     def in_phase(self, idx: int) -> bool:
         """True while `idx` is the innermost open phase (lets nested wrappers skip re-timing)."""
         return self._label == idx and bool(self._stack)

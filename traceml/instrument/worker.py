@@ -47,7 +47,9 @@ class Sink(Protocol):
     def open(self) -> None: ...
     def send_steps(self, records: list[StepRecord]) -> None: ...
     def send_system(self, sample: SystemSample) -> None: ...
-    def service(self, now: float, *, last_step: int, dropped: int, primary: str | None) -> None: ...
+    def service(
+        self, now: float, *, last_step: int, dropped: int, primary: str | None, phase: str | None
+    ) -> None: ...
     def close(self, end: RankEnd, summary_path: Any) -> None: ...
 
 
@@ -69,6 +71,8 @@ class WorkerParts:
     finish: Callable[[RankEnd], Any] | None = None
     """Called on the tx thread at the very end; returns the summary path (or None)."""
     primary: Callable[[], str | None] = field(default=lambda: None)
+    phase: Callable[[], str] | None = None
+    """The phase the training thread is in now (for heartbeats: where a stalled rank is)."""
     optimizers: Callable[[], tuple[str, ...]] | None = None
     """Class names of the optimizers the training thread has stepped (auto mode), else None."""
 
@@ -146,8 +150,15 @@ class TxWorker(threading.Thread):
                 time.sleep(YIELD_S)
             self._fold(records[lo : lo + SLICE_RECORDS])
         now = time.time()
+        phase = self.p.phase() if self.p.phase is not None else None
         for sink in self.p.sinks:
-            sink.service(now, last_step=self.last_step, dropped=self.dropped, primary=self._primary)
+            sink.service(
+                now,
+                last_step=self.last_step,
+                dropped=self.dropped,
+                primary=self._primary,
+                phase=phase,
+            )
 
     def _fold(self, records: list[StepRecord]) -> None:
         """One slice of records into the store and the sinks."""

@@ -292,7 +292,8 @@ def stall_text(snap: Snapshot) -> str | None:
     last = recent[-1]
     quiet = snap.taken_at - (last.wall_start + last.step_ms / 1000)
     usual = f" (its steps took {rank.median_ms:.1f} ms)" if rank.median_ms is not None else ""
-    return f"{head}: no step ended for {age(quiet)} after step {last.step + 1:,}{usual}"
+    where = f", in {rank.phase}" if rank.phase else ""
+    return f"{head}: no step ended for {age(quiet)} after step {last.step + 1:,}{where}{usual}"
 
 
 def no_steps_text(snap: Snapshot | None) -> str | None:

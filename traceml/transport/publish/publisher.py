@@ -103,6 +103,8 @@ class Publisher:
         self._published_at = -math.inf
         self._events: History[dict[str, Any]] = History(EVENT_HISTORY)
         self._progress = Progress()
+        self._phase: str | None = None
+        """The phase the training thread was in at the last service() (heartbeat, rank file)."""
         self._server: SnapshotServer | None = None
         self._system: SystemSample | None = None
         self._system_every = max(1.0, info.world_size / SYSTEM_SAMPLES_PER_S)
@@ -238,6 +240,7 @@ class Publisher:
         last_step: int,
         dropped: int,
         primary: str | None,
+        phase: str | None = None,
         heartbeat: bool | None = None,
     ) -> None:
         """Periodic work, bounded per call: inbound frames, snapshot parts, the heartbeat, and
@@ -249,6 +252,7 @@ class Publisher:
         if self._unsent and time.monotonic() - self._published_at >= PUBLISH_EVERY_S:
             self._safely("send_steps", self._publish_steps)
         self._progress.note(last_step, dropped, primary)
+        self._phase = phase
         self._safely("read subscriptions", self._drain_pub)
         if self._server is not None:
             server = self._server
@@ -375,6 +379,7 @@ class Publisher:
             "dropped": self._lost(),
             "queue_dropped": self.stats.dropped,
             "primary": p.primary,
+            "phase": self._phase,
             "pid": self._pid,
         }
 
@@ -434,6 +439,7 @@ class Publisher:
             median_step_ms=p.median_ms(),
             last_step_t=p.last_step_t,
             primary=p.primary,
+            phase=self._phase,
             dropped=self._lost(),
             end=self._end,
             summary_path=self._summary,

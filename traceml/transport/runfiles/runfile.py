@@ -140,6 +140,9 @@ class RankFile:
     """Epoch seconds at which the last step record was published."""
     primary: str | None = None
     """Kind of the rank's current primary finding, e.g. INPUT_BOUND; None before any."""
+    phase: str | None = None
+    """The phase the rank's training thread was in at the last write (`between` outside a
+    step); where a stalled rank is stuck. None when not known (older TraceML)."""
     dropped: int = 0
     """Records the rank lost for every viewer (as HeartbeatEvent.dropped)."""
     end: RankEnd | None = None
@@ -181,6 +184,7 @@ class RankFile:
             "median_step_ms": self.median_step_ms,
             "last_step_t": self.last_step_t,
             "primary": self.primary,
+            "phase": self.phase,
             "dropped": self.dropped,
             "end": None if self.end is None else self.end.to_wire(),
             "summary_path": self.summary_path,
@@ -205,6 +209,7 @@ class RankFile:
             median_step_ms=_opt(obj, "median_step_ms", (int, float)),
             last_step_t=_opt(obj, "last_step_t", (int, float)),
             primary=_opt(obj, "primary", str),
+            phase=_opt(obj, "phase", str),
             dropped=int(_opt(obj, "dropped", int) or 0),
             end=_end_from(obj),
             summary_path=_opt(obj, "summary_path", str),

@@ -344,7 +344,9 @@ class RankLink:
         if not isinstance(last_step, int) or not isinstance(dropped, int):
             raise SchemaError("heartbeat: last_step and dropped must be integers")
         primary = primary if isinstance(primary, str) else None
-        return HeartbeatEvent(self.rank, last_step, dropped, primary, header.t)
+        phase = hb.get("phase")
+        phase = phase if isinstance(phase, str) else None
+        return HeartbeatEvent(self.rank, last_step, dropped, primary, header.t, phase)
 
 
 def _map(value: Any, what: str) -> dict[str, Any]:

@@ -73,6 +73,8 @@ class HeartbeatEvent:
     """Kind of the rank's current primary finding; None before any."""
     t: float
     """Epoch seconds at which the rank sent it."""
+    phase: str | None = None
+    """The phase the rank's training thread is in (`between` outside a step); None: unknown."""
 
 
 @dataclass(frozen=True, slots=True)
