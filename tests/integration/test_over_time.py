@@ -188,3 +188,23 @@ def test_a_late_viewer_gets_the_whole_run_timeline(tmp_path: Path) -> None:
     assert line[0].first_step == 0
     assert sum(w.steps for w in line) == 3_100  # the whole run, each step counted once
     assert line == store.live_view().ranks[0].timeline
+
+
+def test_nothing_measured_is_not_listed_as_another_finding() -> None:
+    """A summary whose memory was never read says so in its memory line only: the card, the
+    report and the live view do not list NOT_MEASURED (nor BALANCED) among other findings."""
+    from tests.summaries import valid_summary
+    from traceml.analysis.render import render_card
+    from traceml.analysis.store import RunStore
+    from traceml.records import StepRecord
+    from traceml.report.sections import other_findings
+
+    store = RunStore()
+    store.add_steps(
+        [StepRecord(0, i, 1e9 + i, 10.0, (None, 1.0, 5.0, 3.0, 1.0, None, 0.0)) for i in range(30)]
+    )
+    summary = valid_summary(store)
+    assert summary["step_memory"]["diagnosis"] == "NOT_MEASURED"
+    assert any(f["kind"] == "NOT_MEASURED" for f in summary["findings"])
+    assert not [f for f in other_findings(summary) if f["kind"] == "NOT_MEASURED"]
+    assert "NOT_MEASURED" not in render_card(summary)

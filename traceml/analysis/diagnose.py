@@ -13,6 +13,9 @@ from traceml.analysis import rules_memory, rules_ranks, rules_spikes, rules_step
 from traceml.config import DEFAULT_THRESHOLDS, Thresholds
 from traceml.records import SEVERITY_ORDER, Finding
 
+QUIET_KINDS = frozenset({"BALANCED", "NOT_MEASURED"})
+"""Findings that say there is nothing to report: never listed among "other findings"."""
+
 if TYPE_CHECKING:
     from collections.abc import Iterable
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import textwrap
 from typing import TYPE_CHECKING, Any
 
-from traceml.analysis.diagnose import diagnose
+from traceml.analysis.diagnose import QUIET_KINDS, diagnose
 from traceml.analysis.rules import mb, ms, pct
 from traceml.config import DEFAULT_THRESHOLDS, Thresholds
 from traceml.records import PHASES
@@ -207,7 +207,7 @@ def render_card(summary: Mapping[str, Any], width: int = 80) -> str:
         lines += [title, *_rank_rows(summary["ranks"]), ""]
     lines += [_system_line(summary["system"])]
     others = [f for f in summary["findings"] if not _same(f, summary["primary"])]
-    others = [f for f in others if f["kind"] not in ("BALANCED", "NOT_MEASURED")]
+    others = [f for f in others if f["kind"] not in QUIET_KINDS]
     if others:
         lines += ["", "Other findings"]
         for finding in others:

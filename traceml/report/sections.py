@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from traceml.analysis.diagnose import QUIET_KINDS
 from traceml.records import PHASES
 from traceml.report.html import NA, esc, fmt_mb, fmt_ms, fmt_num, fmt_pct, table
 
@@ -171,13 +172,13 @@ def system(sysinfo: Mapping[str, Any]) -> str:
 
 
 def other_findings(summary: Summary) -> list[Mapping[str, Any]]:
-    """Findings besides the primary one, without BALANCED."""
+    """Findings besides the primary one, without BALANCED or NOT_MEASURED."""
     primary = summary["primary"]
     keys = ("kind", "severity", "summary")
     return [
         f
         for f in summary["findings"]
-        if f["kind"] != "BALANCED" and any(f[k] != primary[k] for k in keys)
+        if f["kind"] not in QUIET_KINDS and any(f[k] != primary[k] for k in keys)
     ]
 
 

@@ -12,6 +12,7 @@ from textual.content import Content
 from textual.reactive import reactive
 from textual.widget import Widget
 
+from traceml.analysis.diagnose import QUIET_KINDS
 from traceml_tui.snapshot import Snapshot, no_steps_text, stall_text
 
 if TYPE_CHECKING:
@@ -58,7 +59,7 @@ def diagnosis_content(snap: Snapshot | None) -> Content:
     if diag is None:
         return Content("No findings in this summary.")
     primary = diag.primary
-    others = [f for f in diag.findings if not _same(f, primary) and f.kind != "BALANCED"]
+    others = [f for f in diag.findings if not _same(f, primary) and f.kind not in QUIET_KINDS]
     stall = stall_text(snap)
     lines = [Content.styled(f"⚠ {stall}", "bold $warning")] if stall else []
     lines += _primary(primary)
