@@ -32,6 +32,10 @@ between slices that hands the GIL back: the training thread, coming back from a 
 released it, then waits at most one slice, never a whole tick's backlog (a 1 ms step rate
 folds 50 records a tick, 0.5-1 ms in one go). Yielding with sleep(0) is not enough: the tx
 thread re-takes the GIL before the woken training thread can."""
+CATCH_UP_RECORDS = 1024
+"""A tick's batch larger than this folds without yielding: steps come faster than the tx thread
+folds them (tens of µs steps), and every yield would only grow the backlog (and the memory it
+holds, up to the bounded buffer) instead of sparing the training thread a wait."""
 SYSTEM_EVERY_S = 1.0
 PROGRESS_EVERY_S = 5.0
 PRIMARY_EVERY_S = 5.0
@@ -145,8 +149,9 @@ class TxWorker(threading.Thread):
             self._next_step = item.step + 1
             self._pending.append((item, time.monotonic()))
         records = self._resolve(final)
+        yields = not final and len(records) <= CATCH_UP_RECORDS
         for lo in range(0, len(records), SLICE_RECORDS):
-            if lo and not final:
+            if lo and yields:
                 time.sleep(YIELD_S)
             self._fold(records[lo : lo + SLICE_RECORDS])
         now = time.time()
