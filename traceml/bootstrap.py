@@ -10,15 +10,24 @@ import os
 import runpy
 import sys
 import traceback
+from collections.abc import Callable
 from types import TracebackType
+from typing import Any
+
+from traceml.tracebacks import strip_exception
 
 
-def _script_frames(tb: TracebackType | None, script: str) -> TracebackType | None:
-    """Skip the bootstrap and runpy frames so the traceback starts in the user's script."""
-    cur = tb
-    while cur is not None and os.path.abspath(cur.tb_frame.f_code.co_filename) != script:
-        cur = cur.tb_next
-    return cur or tb
+def _trimming(previous: Callable[..., Any], script: str) -> Callable[..., Any]:
+    """An excepthook that prints what reaches it (a KeyboardInterrupt, the script's own
+    excepthook's business) starting in the script, without TraceML's frames."""
+
+    def hook(etype: type[BaseException], value: BaseException, tb: TracebackType | None) -> None:
+        if value is not None and value.__traceback__ is tb:
+            strip_exception(value, script)
+            tb = value.__traceback__
+        previous(etype, value, tb)
+
+    return hook
 
 
 def _mark_exit(kind: str, error: BaseException | None = None) -> None:
@@ -41,6 +50,7 @@ def main(argv: list[str]) -> int:
     from traceml.api import init_for_run
 
     init_for_run(os.environ.get("TRACEML_MODE", "auto"))
+    sys.excepthook = _trimming(sys.excepthook, script)
     try:
         runpy.run_path(script, run_name="__main__")
     except SystemExit as e:
@@ -52,7 +62,8 @@ def main(argv: list[str]) -> int:
         raise
     except BaseException as e:  # noqa: BLE001 - the script's own error, shown as Python would
         _mark_exit("error", e)
-        traceback.print_exception(type(e), e, _script_frames(e.__traceback__, script))
+        strip_exception(e, script)
+        traceback.print_exception(type(e), e, e.__traceback__)
         return 1
     return 0
 

@@ -115,11 +115,6 @@ def test_os_exit_inside_the_loop(tmp_path: Path) -> None:
     assert pair.bare.lines("final_loss=")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: the traceback gains a frame of TraceML's DataLoader __next__ wrapper"
-    " (traceml/instrument/hooks.py, wrapper)",
-)
 def test_exception_in_a_dataloader_worker(tmp_path: Path) -> None:
     pair = run_case("exit_worker_error.py", tmp_path=tmp_path)
     pair.assert_same()  # the same traceback, frame for frame
@@ -128,11 +123,6 @@ def test_exception_in_a_dataloader_worker(tmp_path: Path) -> None:
     assert pair.summary["run"]["exit"] == "error"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: the traceback gains a frame of TraceML's nn.Module.__call__ wrapper"
-    " (traceml/instrument/forward.py, __call__) for every module call on the stack",
-)
 def test_exception_inside_the_forward(tmp_path: Path) -> None:
     pair = run_case("exit_forward_error.py", tmp_path=tmp_path)
     pair.assert_same()  # the same traceback, frame for frame
@@ -141,11 +131,6 @@ def test_exception_inside_the_forward(tmp_path: Path) -> None:
     assert pair.summary["run"]["exit"] == "error"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: traced, the KeyboardInterrupt traceback starts with traceml/bootstrap.py and"
-    " runpy frames, and the launcher exits 130 where python dies of SIGINT",
-)
 def test_keyboard_interrupt(tmp_path: Path) -> None:
     pair = run_case("exit_sigint.py", tmp_path=tmp_path, interrupt_on="ready")
     pair.assert_same()  # the same traceback, ending in KeyboardInterrupt

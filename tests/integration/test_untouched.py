@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import importlib
+import os
 import pickle
 import subprocess
 import sys
@@ -201,3 +202,30 @@ def test_traceml_skip_leaves_a_patch_out(
     st = load_summary(session_env)["step_time"]
     assert st["forward_pct"] is None and st["optimizer_pct"] is None
     assert st["backward_pct"] is not None
+
+
+BROKEN = """
+import torch, traceml
+traceml.init()
+model = torch.nn.Sequential(torch.nn.Linear(8, 4), torch.nn.Linear(5, 1))
+for batch in torch.utils.data.DataLoader(torch.randn(16, 8), batch_size=4):
+    with traceml.trace_step(model):
+        model(batch)
+"""
+
+
+def test_a_plain_scripts_traceback_has_no_traceml_frames(tmp_path: Path) -> None:
+    """`python train.py` with traceml.init(): the same traceback as with TraceML off."""
+    script = tmp_path / "broken.py"
+    script.write_text(BROKEN)
+    runs = {}
+    for mode in ("off", "auto"):
+        env = {**os.environ, "TRACEML_MODE": mode, "TRACEML_SUMMARY": str(tmp_path / "s.json")}
+        runs[mode] = subprocess.run(
+            [sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=60
+        )
+    assert runs["auto"].returncode == runs["off"].returncode == 1
+    assert "mat1 and mat2 shapes cannot be multiplied" in runs["off"].stderr
+    traced = runs["auto"].stderr
+    assert traced.startswith(runs["off"].stderr), traced  # then only TraceML's card follows
+    assert "traceml/instrument" not in traced

@@ -146,10 +146,14 @@ def print_card(summary_path: Path) -> None:
 
     try:
         summary = load_summary(summary_path)
+        card = render_card(summary)
     except TraceMLError as err:
         print(f"traceml: no summary to show ({err.msg})", file=sys.stderr)
         return
-    print(render_card(summary), file=sys.stderr)
+    except Exception as err:  # noqa: BLE001 - never turn the script's exit code into ours
+        print(f"traceml: cannot show the summary ({type(err).__name__}: {err})", file=sys.stderr)
+        return
+    print(card, file=sys.stderr)
     print(f"traceml: summary written to {summary_path}", file=sys.stderr)
 
 
@@ -206,14 +210,33 @@ def run(args: argparse.Namespace) -> int:
         if code < 0:
             return 0  # detached: the script runs on and will write its own summary
     else:
-        code = wait_child(subprocess.Popen(child_command(args), env=env))
+        proc = subprocess.Popen(child_command(args), env=env)
+        code = wait_child(proc)
     if code == KILLED_EXIT:
         print("traceml: the script was killed by SIGKILL (out of memory?)", file=sys.stderr)
         if not summary.exists():
             write_killed_summary(summary, run_id, args, started)
     if summary.exists():
         print_card(summary)
+    if not live:
+        die_like(proc.returncode)
     return code
+
+
+def die_like(returncode: int) -> None:
+    """A script that died of a signal: the launcher dies of the same one, last of all, so a
+    shell loop stops on Ctrl-C and `waitpid` callers see what they would see without TraceML."""
+    if returncode >= 0:
+        return
+    sys.stdout.flush()
+    sys.stderr.flush()
+    sig = -returncode
+    try:
+        if sig != signal.SIGKILL:  # its handler cannot be set, and needs no reset
+            signal.signal(sig, signal.SIG_DFL)
+        os.kill(os.getpid(), sig)
+    except (OSError, ValueError):
+        return  # not a signal we may take: the shell-style code is returned instead
 
 
 KILLED_EXIT = 128 + signal.SIGKILL

@@ -27,6 +27,7 @@ from traceml.instrument.timer import RawStep, StepTimer
 from traceml.instrument.worker import TxWorker, WorkerParts
 from traceml.probe import warn_directly, warn_once
 from traceml.records import PHASES, ExitKind, RankEnd, RankInfo
+from traceml.tracebacks import strip_exception
 
 SHUTDOWN_TIMEOUT_S = 2.0
 
@@ -226,6 +227,9 @@ class Session:
         self.exit = "signal" if issubclass(etype, KeyboardInterrupt) else "error"
         if self.exit == "error":
             self.note_error(value)
+        if value is not None and value.__traceback__ is tb:
+            strip_exception(value)  # the traceback reads as without TraceML's wrappers
+            tb = value.__traceback__
         (self._prev_excepthook or sys.__excepthook__)(etype, value, tb)
 
     def note_error(self, value: BaseException) -> None:
