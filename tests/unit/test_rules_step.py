@@ -186,3 +186,19 @@ def test_balanced_lists_measured_phases() -> None:
     assert finding.kind == "BALANCED"
     assert "forward 50 %" in finding.summary
     assert "h2d" not in finding.summary
+
+
+@pytest.mark.parametrize(
+    ("between", "other", "action"),
+    [
+        (0.02, 0.22, rules_step.HOST_OTHER_ACTION),  # AMP's scaler, clipping, a manual update
+        (0.22, 0.02, rules_step.HOST_BETWEEN_ACTION),  # logging, checkpoints between steps
+        (0.12, 0.12, rules_step.HOST_ACTION),
+    ],
+)
+def test_host_bound_advice_fits_where_the_time_is(
+    between: float, other: float, action: str
+) -> None:
+    shares = {**BASE, "between": between, "other": other}
+    found = rules_step.host_bound(view(rank(shares=shares)), TH)
+    assert found is not None and found.action == action

@@ -31,6 +31,18 @@ HOST_ACTION = (
     " in the loop (between) and loss, zero_grad or user code in the step (other); log every N"
     " steps and keep values on the GPU."
 )
+HOST_OTHER_ACTION = (
+    "The time is inside the step but outside forward, backward and optimizer.step (other): the"
+    " loss, zero_grad, gradient clipping, GradScaler's unscale_/update, a hand-written parameter"
+    " update, metrics or .item() syncs. Compute metrics every N steps, use"
+    " clip_grad_norm_(..., foreach=True) and zero_grad(set_to_none=True), and keep values on the"
+    " device."
+)
+HOST_BETWEEN_ACTION = (
+    "The time is outside trace_step and not in the DataLoader (between): per-step logging,"
+    " .item()/.cpu() host syncs, checkpoints, evaluation or metrics in the loop. Log every N"
+    " steps, keep values on the device, and checkpoint or evaluate less often."
+)
 H2D_ACTION = (
     "Use pin_memory=True and .to(device, non_blocking=True); copy smaller dtypes (uint8, bf16)"
     " and do preprocessing on the GPU."
@@ -102,9 +114,21 @@ def input_bound(view: RunView, th: Thresholds) -> Finding | None:
     return _share_finding(view, th, spec)
 
 
+def host_action(view: RunView) -> str:
+    """HOST_BOUND's advice, for the larger of its two parts (or both when neither dominates)."""
+    other, between = view.median_share("other") or 0.0, view.median_share("between") or 0.0
+    if other >= 2 * between:
+        return HOST_OTHER_ACTION
+    if between >= 2 * other:
+        return HOST_BETWEEN_ACTION
+    return HOST_ACTION
+
+
 def host_bound(view: RunView, th: Thresholds) -> Finding | None:
     """HOST_BOUND: time outside the model (between + other) reaches host_warning / critical."""
-    spec = _Spec("HOST_BOUND", ("between", "other"), th.host_warning, th.host_critical, HOST_ACTION)
+    spec = _Spec(
+        "HOST_BOUND", ("between", "other"), th.host_warning, th.host_critical, host_action(view)
+    )
     return _share_finding(view, th, spec)
 
 
