@@ -15,8 +15,9 @@ $(BIN)/traceml: pyproject.toml
 	$(BIN)/pip install -q -e ".[dev]"
 	@touch $@
 
+# Three workers on two cores: most tests wait on real subprocesses, sockets and torchrun.
 test: install
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q -n 3
 
 lint: install
 	$(BIN)/ruff check traceml tui tests examples benchmarks
