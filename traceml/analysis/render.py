@@ -25,7 +25,8 @@ LABEL = 12
 """Width of the phase-name column."""
 
 
-def _duration(seconds: float) -> str:
+def duration(seconds: float) -> str:
+    """12.3 s, 4m 05s, 2h 03m."""
     if seconds < 60:
         return f"{seconds:.1f} s"
     minutes, secs = divmod(round(seconds), 60)
@@ -43,7 +44,7 @@ def _header(run: Mapping[str, Any], steps: int, width: int) -> list[str]:
     where = f"{ranks} rank{'s' if ranks != 1 else ''} on {run['hosts']} host"
     where += "s" if run["hosts"] != 1 else ""
     torch = f"torch {run['torch']}" if run["torch"] else "torch n/a"
-    facts = [exit_words(run["exit"]), _duration(run["duration_s"]), f"{steps} steps", where]
+    facts = [exit_words(run["exit"]), duration(run["duration_s"]), f"{steps} steps", where]
     if run.get("restarts"):
         facts.append(f"after {run['restarts']} restart{'s' if run['restarts'] != 1 else ''}")
     facts += [run["device"], torch]

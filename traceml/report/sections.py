@@ -10,21 +10,13 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from traceml.analysis.diagnose import QUIET_KINDS
+from traceml.analysis.render import duration
 from traceml.records import PHASES
 from traceml.report.html import NA, esc, fmt_mb, fmt_ms, fmt_num, fmt_pct, table
 
 Summary = Mapping[str, Any]
 BAR_PX = 160
 """Width of a 100 % bar in the phase table."""
-
-
-def duration(seconds: float) -> str:
-    if seconds < 60:
-        return f"{seconds:.1f} s"
-    minutes, secs = divmod(round(seconds), 60)
-    if minutes < 60:
-        return f"{minutes}m {secs:02d}s"
-    return f"{minutes // 60}h {minutes % 60:02d}m"
 
 
 def run_facts(run: Mapping[str, Any], steps: int) -> list[str]:
