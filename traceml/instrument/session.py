@@ -183,13 +183,15 @@ class Session:
 
     # -- hot path helpers --------------------------------------------------------------------
     def watch_model(self, model: Any) -> None:
-        """A model's first trace_step: hook its forward; use CUDA events if it is on a GPU."""
+        """A model's first trace_step: its thread is the training thread, DDP's all-reduce wait
+        is timed, and CUDA events are used if it is on a GPU (forward needs nothing per model)."""
         torch = self._torch
         if not isinstance(model, torch.nn.Module):
             warn_once(
                 "trace_step model",
                 f"trace_step() expects the torch.nn.Module being trained, got "
-                f"{type(model).__name__}; forward time is counted in 'other'",
+                f"{type(model).__name__}; forward is still timed, but a model on a GPU or in"
+                " DDP needs to be passed for CUDA events and the all-reduce wait",
             )
             return
         if self.settings.mode == "auto":
