@@ -7,6 +7,7 @@ with a 7-byte header: crc32, little-endian length, kind) holding `wandb.proto` R
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -48,6 +49,13 @@ class OfflineRun:
     tags: list[str] = field(default_factory=list)
     artifacts: dict[str, tuple[str, dict[str, str]]] = field(default_factory=dict)
     """Artifact name to (type, {path in the artifact: local file})."""
+    history: list[dict[str, Any]] = field(default_factory=list)
+    """Logged rows, each {key: decoded value}, in order."""
+
+
+def _key(item: Any) -> str:
+    """An item's key: wandb writes a "/" key either whole or split into `nested_key`."""
+    return str(item.key or "/".join(item.nested_key))
 
 
 def read_run(wandb_dir: Path) -> OfflineRun:
@@ -58,9 +66,11 @@ def read_run(wandb_dir: Path) -> OfflineRun:
     for rec in records(files[0]):
         kind = rec.WhichOneof("record_type")
         if kind == "summary":
-            run.summary.update({u.key: u.value_json for u in rec.summary.update})
+            run.summary.update({_key(u): u.value_json for u in rec.summary.update})
         elif kind == "config":
-            run.config.update({u.key: u.value_json for u in rec.config.update})
+            run.config.update({_key(u): u.value_json for u in rec.config.update})
+        elif kind == "history":
+            run.history.append({_key(i): json.loads(i.value_json) for i in rec.history.item})
         elif kind == "run":
             run.tags = list(rec.run.tags)
         elif kind == "artifact":

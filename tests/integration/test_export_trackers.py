@@ -4,10 +4,8 @@ MLflow file store through MlflowClient, TensorBoard event files. A real publishe
 from __future__ import annotations
 
 import importlib
-import json
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -117,43 +115,9 @@ BLOCK = 32768
 records, each with a 7-byte header (crc32, length, type: 1 full, 2 first, 3 middle, 4 last)."""
 
 
-def _wandb_records(path: Path) -> Iterator[bytes]:
-    data = path.read_bytes()
-    assert data[:4] == b":W&B"
-    pos, pending = 7, b""
-    while pos + 7 <= len(data):
-        room = BLOCK - pos % BLOCK
-        if room < 7:
-            pos += room
-            continue
-        length = int.from_bytes(data[pos + 4 : pos + 6], "little")
-        kind = data[pos + 6]
-        chunk = data[pos + 7 : pos + 7 + length]
-        pos += 7 + length
-        if kind == 0:
-            continue
-        pending = chunk if kind in (1, 2) else pending + chunk
-        if kind in (1, 4):
-            yield pending
-
-
-def _wandb_history(run_dir: Path) -> list[dict[str, Any]]:
-    """Rows of an offline W&B run, read from its transaction log (run-<id>.wandb)."""
-    from wandb.proto import wandb_internal_pb2
-
-    (path,) = run_dir.glob("run-*.wandb")
-    rows = []
-    for data in _wandb_records(path):
-        rec = wandb_internal_pb2.Record()  # type: ignore[attr-defined]
-        rec.ParseFromString(data)
-        if rec.WhichOneof("record_type") == "history":
-            items = rec.history.item
-            rows.append({i.key or "/".join(i.nested_key): json.loads(i.value_json) for i in items})
-    return rows
-
-
 @pytest.mark.slow  # wandb.init starts wandb-core, a subprocess
 def test_wandb_offline_run(tmp_path: Path, loop: TxLoop, monkeypatch: pytest.MonkeyPatch) -> None:
+    from tests.compat._wandb_files import read_run
     from traceml.export.wandb_tracker import open_wandb
 
     monkeypatch.setenv("WANDB_MODE", "offline")
@@ -161,10 +125,9 @@ def test_wandb_offline_run(tmp_path: Path, loop: TxLoop, monkeypatch: pytest.Mon
     monkeypatch.setenv("WANDB_SILENT", "true")
     tracker = open_wandb(RUN, project="traceml-test")
     log_two_points(tmp_path, loop, tracker)
-    (run_dir,) = (tmp_path / "wandb").glob("offline-run-*")
     # wandb-core may still be writing the log when finish() returns on a loaded host
-    wait_for(lambda: len(_wandb_history(run_dir)) >= 2, 30, "the offline log's history")
-    rows = _wandb_history(run_dir)
+    wait_for(lambda: len(read_run(tmp_path / "wandb").history) >= 2, 30, "the offline history")
+    rows = read_run(tmp_path / "wandb").history
     assert [r["traceml/step"] for r in rows] == [100, 150]
     assert set(rows[0]) >= KEYS
     assert rows[1]["traceml/step_time/median_ms"] == 10.0
