@@ -122,3 +122,15 @@ def test_summary_columns_read_back_as_windows() -> None:
     assert back[3]["phase_ms"]["between"] is None
     assert back[3]["mean_ms"] == pytest.approx(windows[3].mean_ms, rel=0.01)
     assert windows_of_columns(None) == []
+
+
+def test_a_two_step_window_puts_p95_near_its_slow_step() -> None:
+    """The compile step and the next one: p95 interpolates as stats.quantile does."""
+    tl = Timeline(capacity=2)
+    for step, ms in enumerate((1071.9, 14.9, 14.9, 15.0)):
+        tl.add(rec(step, ms))
+    first = tl.windows()[0]
+    assert (first.first_step, first.steps) == (0, 2)
+    want = quantile([14.9, 1071.9], 0.95)
+    assert want is not None and want > 1000
+    assert abs(first.p95_ms - want) <= 2.5 * SKETCH_ACCURACY * want

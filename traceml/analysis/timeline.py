@@ -192,8 +192,17 @@ def _collapse(sketch: dict[int, int]) -> None:
 
 
 def sketch_quantile(sketch: dict[int, int], count: int, q: float) -> float:
-    """Value at quantile q of a sketch holding `count` values (lower rank on ties)."""
-    rank = q * (count - 1)
+    """Value at quantile q of a sketch holding `count` values, interpolated between the two
+    neighbouring ranks as stats.quantile does (so p95 of a 2-step window is near its slower
+    step, not its faster one)."""
+    pos = q * (count - 1)
+    lo = math.floor(pos)
+    v_lo, v_hi = _value_at_rank(sketch, lo), _value_at_rank(sketch, min(lo + 1, count - 1))
+    return v_lo + (v_hi - v_lo) * (pos - lo)
+
+
+def _value_at_rank(sketch: dict[int, int], rank: int) -> float:
+    """Bucket value of the rank-th smallest value (0-based) the sketch holds."""
     seen = 0
     keys = sorted(sketch)
     for key in keys:
