@@ -31,7 +31,7 @@ def session_summary(session: Session) -> dict[str, Any] | None:
     from traceml.analysis.summary import build_summary
 
     store = worker.p.store
-    with store._lock:  # one instant of the run; see the module docstring
+    with store.frozen():  # one instant of the run; see the module docstring
         return build_summary(
             store,
             run_id=info.run_id,

@@ -365,6 +365,11 @@ class RunStore:
         self._ranks: dict[int, _Rank] = {}
         self._lock = threading.RLock()
 
+    def frozen(self) -> threading.RLock:
+        """Hold it (`with store.frozen():`) to read several views of one instant of the run:
+        folding waits meanwhile. Reentrant, so the store's own methods work inside it."""
+        return self._lock
+
     def _rank(self, rank: int) -> _Rank:
         data = self._ranks.get(rank)
         if data is None:
