@@ -40,8 +40,12 @@ def _env_int(name: str, default: int) -> int:
 
 
 def script_name() -> str:
-    """The training script's file name, as the user would recognise it."""
+    """The training script's file name, as the user would recognise it (in a Jupyter kernel,
+    the notebook's, which Jupyter names in JPY_SESSION_NAME, not ipykernel_launcher.py)."""
     path = sys.argv[0] if sys.argv and sys.argv[0] not in ("", "-c", "-m") else ""
+    notebook = os.environ.get("JPY_SESSION_NAME", "")
+    if notebook and os.path.basename(path).startswith("ipykernel_launcher"):
+        path = notebook
     return os.path.basename(path) or "python"
 
 
