@@ -45,18 +45,23 @@ for i in range({steps}):
 """
 
 
+def traced_run(script: Path, summary: Path) -> subprocess.CompletedProcess[str]:
+    """`traceml run --no-live --summary SUMMARY script`, as a user runs it, in the script's dir."""
+    return subprocess.run(
+        traceml_cmd("run", "--no-live", "--summary", str(summary), str(script)),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=script.parent,
+        env=child_env(),
+    )
+
+
 def run_script(tmp_path: Path, steps: int, extra: str) -> tuple[dict[str, Any], str]:
     script = tmp_path / "loop.py"
     script.write_text(LOOP.format(steps=steps, extra=extra))
     out = tmp_path / "s.json"
-    proc = subprocess.run(
-        traceml_cmd("run", "--no-live", "--summary", str(out), str(script)),
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=tmp_path,
-        env=child_env(),
-    )
+    proc = traced_run(script, out)
     assert proc.returncode == 0, proc.stderr[-2000:]
     summary = json.loads(out.read_text())
     validate_summary(summary)
@@ -114,14 +119,7 @@ def test_a_sigkilled_script_gets_a_summary_that_says_so(tmp_path: Path) -> None:
         "os.kill(os.getpid(), signal.SIGKILL)\n"
     )
     out = tmp_path / "s.json"
-    proc = subprocess.run(
-        traceml_cmd("run", "--no-live", "--summary", str(out), str(script)),
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=tmp_path,
-        env=child_env(),
-    )
+    proc = traced_run(script, out)
     assert proc.returncode == -signal.SIGKILL  # the launcher dies of it too, as bare python
     assert "killed by SIGKILL (out of memory?)" in proc.stderr
     summary = json.loads(out.read_text())
@@ -138,14 +136,7 @@ def test_an_exception_is_named_and_unmeasured_memory_says_so(tmp_path: Path) -> 
         "import traceml\ntraceml.init()\nraise ValueError('bad batch shape (3, 7)')\n"
     )
     out = tmp_path / "s.json"
-    proc = subprocess.run(
-        traceml_cmd("run", "--no-live", "--summary", str(out), str(script)),
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=tmp_path,
-        env=child_env(),
-    )
+    proc = traced_run(script, out)
     assert proc.returncode == 1
     summary = json.loads(out.read_text())
     assert summary["run"]["error"] == {"type": "ValueError", "message": "bad batch shape (3, 7)"}
