@@ -101,7 +101,7 @@ def test_lightning_trainer(tmp_path: Path) -> None:
 
 
 def test_sys_exit_inside_the_loop(tmp_path: Path) -> None:
-    pair = run_case("exit_sys.py", tmp_path=tmp_path)
+    pair = run_case("exit_in_step.py", "sys", tmp_path=tmp_path)
     pair.assert_same()
     assert pair.bare.returncode == 3
     assert pair.summary["run"]["exit"] == "error"
@@ -109,7 +109,7 @@ def test_sys_exit_inside_the_loop(tmp_path: Path) -> None:
 
 
 def test_os_exit_inside_the_loop(tmp_path: Path) -> None:
-    pair = run_case("exit_os.py", tmp_path=tmp_path)
+    pair = run_case("exit_in_step.py", "os", tmp_path=tmp_path)
     pair.assert_same()  # no summary can be written: os._exit skips every handler
     assert pair.bare.returncode == 4
     assert pair.bare.lines("final_loss=")
@@ -132,7 +132,7 @@ def test_exception_inside_the_forward(tmp_path: Path) -> None:
 
 
 def test_keyboard_interrupt(tmp_path: Path) -> None:
-    pair = run_case("exit_sigint.py", tmp_path=tmp_path, interrupt_on="ready")
+    pair = run_case("exit_in_step.py", "sigint", tmp_path=tmp_path, interrupt_on="ready")
     pair.assert_same()  # the same traceback, ending in KeyboardInterrupt
     assert pair.bare.returncode == 130
     assert pair.bare.stderr.rstrip().endswith("KeyboardInterrupt")

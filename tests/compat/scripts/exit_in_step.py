@@ -1,6 +1,13 @@
-"""KeyboardInterrupt: at step 10, inside the traced step, the script prints `ready` and sleeps;
-the test sends SIGINT, so the interrupt lands on one known line."""
+"""Leaving a traced step at step 10, the way the argument says:
 
+- `sys`: `sys.exit(3)`;
+- `os`: `os._exit(4)`: no atexit, no finally, no flush;
+- `sigint`: print `ready` and sleep; the test sends SIGINT, so the KeyboardInterrupt lands on
+  one known line.
+"""
+
+import os
+import sys
 import time
 
 import _common
@@ -20,5 +27,9 @@ for step in range(30):
         opt.step()
         if step == 10:
             _common.report(loss, model)
+            if sys.argv[1] == "sys":
+                sys.exit(3)
+            if sys.argv[1] == "os":
+                os._exit(4)
             print("ready", flush=True)
             time.sleep(60)
