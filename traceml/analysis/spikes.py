@@ -12,6 +12,7 @@ spikes (step, ms, phase) for naming them and finding a period. Pure: no I/O, no 
 from __future__ import annotations
 
 import heapq
+import operator
 from collections import Counter, deque
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -57,6 +58,9 @@ class SlowStep:
         return {"step": self.step, "ms": round(self.ms, 3), "phase": self.phase}
 
 
+_STEP_MS = operator.attrgetter("step_ms")
+
+
 class Baseline:
     """The rank's typical step, rolling: median ms and mean phase ms of its recent steps."""
 
@@ -71,18 +75,39 @@ class Baseline:
     def observe(self, rec: StepRecord) -> None:
         self._recent.append(rec)
         self._since += 1
+        self._refresh()
+
+    def steady(self) -> int:
+        """How many steps can be observed before the median is recomputed (after the last of
+        them): the steps of a batch up to there are all judged against the same median."""
+        left = BASELINE_EVERY - self._since
+        if self.ms is None:
+            left = min(left, BASELINE_MIN - len(self._recent))
+        return max(1, left)
+
+    def observe_many(self, records: Sequence[StepRecord]) -> None:
+        """`observe` of each of at most `steady()` records: one recomputation, after the last."""
+        self._recent.extend(records)
+        self._since += len(records)
+        self._refresh()
+
+    def _refresh(self) -> None:
         n = len(self._recent)
         if self._since >= BASELINE_EVERY or (self.ms is None and n >= BASELINE_MIN):
             self._since = 0
-            values = sorted(r.step_ms for r in self._recent)
+            values = sorted(map(_STEP_MS, self._recent))
             self.ms = values[n // 2] if n % 2 else (values[n // 2 - 1] + values[n // 2]) / 2
 
     def is_spike(self, ms: float, factor: float) -> bool:
         return self.ms is not None and ms > factor * self.ms
 
-    def slow(self, rec: StepRecord, factor: float) -> SlowStep:
-        """`rec` as a SlowStep, its phase judged against the recent typical steps' phases."""
-        typical = [r for r in self._recent if self.ms is None or r.step_ms <= factor * self.ms]
+    def slow(self, rec: StepRecord, factor: float, before: Sequence[StepRecord] = ()) -> SlowStep:
+        """`rec` as a SlowStep, its phase judged against the recent typical steps' phases.
+        `before`: steps of the same batch folded before `rec` but not observed yet."""
+        recent: Iterable[StepRecord] = self._recent
+        if before:
+            recent = [*self._recent, *before][-BASELINE_STEPS:]
+        typical = [r for r in recent if self.ms is None or r.step_ms <= factor * self.ms]
         return SlowStep(rec.step, rec.step_ms, excess_phase(rec.phases, typical))
 
 

@@ -7,9 +7,11 @@ block-averaged series of at most `SERIES_POINTS` points.
 
 from __future__ import annotations
 
+import bisect
 import itertools
 import math
 import operator
+from collections import Counter
 from functools import reduce
 from typing import TYPE_CHECKING, cast
 
@@ -138,6 +140,20 @@ class LogHistogram:
         key = math.ceil(math.log(value) / self._log_gamma)
         self._buckets[key] = self._buckets.get(key, 0) + 1
 
+    def add_many(self, values: Sequence[float]) -> None:
+        """`add` of each value, bucketed in one pass (C-speed maps, one dict update per key)."""
+        if not all(map(math.isfinite, values)):
+            values = [v for v in values if math.isfinite(v)]
+        self.count += len(values)
+        if min(values, default=1.0) <= 0:
+            positive = [v for v in values if v > 0]
+            self._zeros += len(values) - len(positive)
+            values = positive
+        log_gamma, buckets = self._log_gamma, self._buckets
+        keys = Counter(math.ceil(v / log_gamma) for v in map(math.log, values))
+        for key, n in keys.items():
+            buckets[key] = buckets.get(key, 0) + n
+
     def merge(self, other: LogHistogram) -> None:
         """Add the counts of `other` (same relative accuracy) to this histogram."""
         self.count += other.count
@@ -176,6 +192,21 @@ class PhaseTotals:
                 self._ms[i] += value
                 self._step_ms[i] += step_ms
                 self._counts[i] += 1
+
+    def add_many(self, rows: Sequence[Sequence[float | None]], step_ms: Sequence[float]) -> None:
+        """`add(rows[k], step_ms[k])` for every k, column by column: the same additions in the
+        same order, so the same floats, at a fraction of the cost."""
+        for i, column in enumerate(zip(*rows, strict=True)):
+            try:
+                self._ms[i] = reduce(operator.add, cast("tuple[float, ...]", column), self._ms[i])
+            except TypeError:  # a None (reduce stopped before assigning): measured in some steps
+                pairs = [(v, s) for v, s in zip(column, step_ms, strict=True) if v is not None]
+                self._ms[i] = reduce(operator.add, [v for v, _ in pairs], self._ms[i])
+                self._step_ms[i] = reduce(operator.add, [s for _, s in pairs], self._step_ms[i])
+                self._counts[i] += len(pairs)
+                continue
+            self._step_ms[i] = reduce(operator.add, step_ms, self._step_ms[i])
+            self._counts[i] += len(column)
 
     @classmethod
     def of_columns(cls, records: Sequence[StepRecord], step_ms: Sequence[float]) -> PhaseTotals:
@@ -250,6 +281,34 @@ class BlockSeries:
                 block[4 + 2 * c] += 1
         if len(self._blocks) > self.capacity:
             self._halve()
+
+    def add_many(self, steps: Sequence[int], columns: Sequence[Sequence[float | None]]) -> None:
+        """`add(steps[k], [c[k] for c in columns])` for every k; `steps` must be ascending.
+
+        The steps of one block are added column by column, in the same order as `add` would, so
+        the sums are the same floats. A step that opens a block too many is added alone and the
+        blocks halve before the next, exactly as one `add` at a time does.
+        """
+        i, n = 0, len(steps)
+        while i < n:
+            bid = steps[i] // self.stride
+            j = bisect.bisect_left(steps, (bid + 1) * self.stride, i, n)
+            block = self._block(bid)
+            if len(self._blocks) > self.capacity:
+                j = i + 1
+            block[1] = reduce(operator.add, steps[i:j], block[1])
+            block[2] += j - i
+            for c, column in enumerate(columns):
+                part = column[i:j]
+                if None in part:
+                    part = [v for v in part if v is not None]
+                if part:
+                    at = 3 + 2 * c
+                    block[at] = reduce(operator.add, cast("list[float]", part), block[at])
+                    block[at + 1] += len(part)
+            if len(self._blocks) > self.capacity:
+                self._halve()
+            i = j
 
     def points(self, channel: int) -> tuple[Point, ...]:
         """(mean step, mean value) of each block that measured `channel`, in step order."""
@@ -339,6 +398,30 @@ class WindowStats:
         self.device_peak_allocated_mb = max_opt(self.device_peak_allocated_mb, peak)
         self.device_peak_reserved_mb = max_opt(self.device_peak_reserved_mb, rec.device_reserved_mb)
         self.clock = rec.clock
+
+    def add_many(self, records: Sequence[StepRecord]) -> None:
+        """`add` of each record (in ascending step order), column by column: the same values as
+        one at a time, several times cheaper (a rank folds every step it runs)."""
+        if not records:
+            return
+        step_ms = [r.step_ms for r in records]
+        rss = [r.host_rss_mb for r in records]
+        allocated = [r.device_allocated_mb for r in records]
+        self.count += len(records)
+        self.step_total_ms = reduce(operator.add, step_ms, self.step_total_ms)
+        self.step_hist.add_many(step_ms)
+        self.phases.add_many([r.phases for r in records], step_ms)
+        self.series.add_many([r.step for r in records], (step_ms, rss, allocated))
+        self.host_rss_peak_mb = max_opt(self.host_rss_peak_mb, _peak(rss))
+        device = allocated.count(None) != len(allocated) or any(
+            r.device_peak_mb is not None or r.device_reserved_mb is not None for r in records
+        )
+        if device:
+            peak = max_opt(_peak([r.device_peak_mb for r in records]), _peak(allocated))
+            self.device_peak_allocated_mb = max_opt(self.device_peak_allocated_mb, peak)
+            reserved = _peak([r.device_reserved_mb for r in records])
+            self.device_peak_reserved_mb = max_opt(self.device_peak_reserved_mb, reserved)
+        self.clock = records[-1].clock
 
     @property
     def mean_ms(self) -> float | None:

@@ -18,6 +18,7 @@ import functools
 import itertools
 import math
 import operator
+from collections import Counter
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 
@@ -171,6 +172,12 @@ def _bucket(ms: float) -> int:
         return 0
     key = math.ceil(math.log(ms) * _INV_LOG_GAMMA)
     return key if key > 0 else key - 1
+
+
+def _buckets_of_positive(ms: Iterable[float]) -> list[int]:
+    """`_bucket` of each value (all > 0), without a Python call per value."""
+    keys = [math.ceil(x * _INV_LOG_GAMMA) for x in map(math.log, ms)]
+    return [k if k > 0 else k - 1 for k in keys]
 
 
 def _bucket_value(key: int) -> float:
@@ -331,14 +338,17 @@ class Timeline:
         _add_column(v, _RSS, _RSS_N, [r.host_rss_mb for r in group])
         _add_column(v, _DEV, _DEV_N, [r.device_allocated_mb for r in group])
         sketch = window.sketch
-        for key in map(_bucket, ms):
-            sketch[key] = sketch.get(key, 0) + 1
+        keys = map(_bucket, ms) if min(ms) <= 0 else _buckets_of_positive(ms)
+        for key, n in Counter(keys).items():
+            sketch[key] = sketch.get(key, 0) + n
         if len(sketch) > SKETCH_BUCKETS:
             _collapse(sketch)
 
     def extend(self, records: Iterable[StepRecord]) -> None:
-        for rec in records:
-            self.add(rec)
+        """`add` of each record."""
+        self._pending.extend(records)
+        if len(self._pending) >= PENDING_STEPS:
+            self._flush()
 
     def windows(self, limit: int | None = None) -> tuple[TimelineWindow, ...]:
         """The windows in step order; with `limit`, coarsened pairwise until at most `limit`."""
