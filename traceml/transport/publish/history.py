@@ -7,6 +7,7 @@ for them starts at the oldest one still held (the viewer sees the gap).
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Sequence
 from typing import Generic, TypeVar
 
 T = TypeVar("T")
@@ -39,6 +40,11 @@ class History(Generic[T]):
         self._items.append(item)
         self._next += 1
         return self._next - 1
+
+    def extend(self, items: Sequence[T]) -> None:
+        """`append` of each item (their seqs run on from `next_seq`)."""
+        self._items.extend(items)
+        self._next += len(items)
 
     def since(self, seq: int) -> tuple[int, list[T]]:
         """(seq of the first item returned, items from `seq` on, or from the oldest held)."""

@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 import statistics
 from collections import deque
+from collections.abc import Sequence
 
 from traceml.records import StepRecord
 
@@ -40,6 +41,20 @@ class Progress:
             self.last_step_t = t
         if finite(rec.step_ms) is not None:
             self._recent.append(rec.step_ms)
+
+    def record_many(self, records: Sequence[StepRecord], t: float) -> None:
+        """`record` of each record (one rank's, in step order: the tx thread's batch)."""
+        if not records:
+            return
+        ms = [r.step_ms for r in records]
+        if all(map(math.isfinite, ms)):
+            last = records[-1]
+            if self.last_step is None or last.step >= self.last_step:
+                self.last_step, self.last_step_ms, self.last_step_t = last.step, last.step_ms, t
+            self._recent.extend(ms[-RECENT_STEPS:])
+            return
+        for rec in records:
+            self.record(rec, t)
 
     def note(self, last_step: int, dropped: int, primary: str | None) -> None:
         """Take what service() was told by the training side."""

@@ -38,7 +38,7 @@ from traceml.transport.runfiles.runfile import (
     write_json_atomic,
 )
 from traceml.transport.runfiles.runid import process_start
-from traceml.transport.wire.codec import KINDS, Header, Kind, pack, pack_array, topic
+from traceml.transport.wire.codec import KINDS, Header, Kind, Packer, pack, pack_array, topic
 from traceml.transport.wire.control import Request
 from traceml.transport.wire.security import KeyPair, new_keypair
 
@@ -98,6 +98,8 @@ class Publisher:
         self._topics = {kind: topic(kind, info.rank) for kind in KINDS}
         self._history: History[bytes] = History(max(1, settings.history_steps))
         self._unsent: list[bytes] = []
+        self._packer = Packer()
+        """Reused for step records (half the cost of packb); this thread's alone."""
         """Packed records in the history, not published yet (at most PUBLISH_EVERY_S old)."""
         self._unsent_first = 0
         self._published_at = -math.inf
@@ -333,20 +335,31 @@ class Publisher:
     def _send_steps(self, records: Sequence[StepRecord]) -> None:
         if not self._unsent:
             self._unsent_first = self._history.next_seq
-        unsent = self._unsent
-        t = time.time()
+        pack_one = self._packer.pack
+        try:
+            packed = [pack_one(rec.to_wire()) for rec in records]
+        except (TypeError, ValueError, AttributeError):
+            records, packed = self._packable(records)
+        self._history.extend(packed)
+        self._progress.record_many(records, time.time())
+        self._unsent.extend(packed)
+        late = time.monotonic() - self._published_at >= PUBLISH_EVERY_S
+        if self._unsent and (late or len(self._unsent) >= MAX_FRAME_RECORDS):
+            self._publish_steps()
+
+    def _packable(self, records: Sequence[StepRecord]) -> tuple[list[StepRecord], list[bytes]]:
+        """The records that pack, and their bytes; the others are counted as unpackable."""
+        kept: list[StepRecord] = []
+        packed: list[bytes] = []
         for rec in records:
             try:
                 item = pack(rec.to_wire())
             except (TypeError, ValueError, AttributeError):
                 self.stats.unpackable += 1
                 continue
-            self._history.append(item)
-            self._progress.record(rec, t)
-            unsent.append(item)
-        late = time.monotonic() - self._published_at >= PUBLISH_EVERY_S
-        if unsent and (late or len(unsent) >= MAX_FRAME_RECORDS):
-            self._publish_steps()
+            kept.append(rec)
+            packed.append(item)
+        return kept, packed
 
     def _publish_steps(self) -> None:
         """Publish the records not sent yet, MAX_FRAME_RECORDS a frame."""
