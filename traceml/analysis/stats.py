@@ -149,9 +149,9 @@ class LogHistogram:
             positive = [v for v in values if v > 0]
             self._zeros += len(values) - len(positive)
             values = positive
-        log_gamma, buckets = self._log_gamma, self._buckets
-        keys = Counter(math.ceil(v / log_gamma) for v in map(math.log, values))
-        for key, n in keys.items():
+        buckets = self._buckets
+        logs = map(operator.truediv, map(math.log, values), itertools.repeat(self._log_gamma))
+        for key, n in Counter(map(math.ceil, logs)).items():
             buckets[key] = buckets.get(key, 0) + n
 
     def merge(self, other: LogHistogram) -> None:
@@ -413,14 +413,14 @@ class WindowStats:
         self.phases.add_many([r.phases for r in records], step_ms)
         self.series.add_many([r.step for r in records], (step_ms, rss, allocated))
         self.host_rss_peak_mb = max_opt(self.host_rss_peak_mb, _peak(rss))
-        device = allocated.count(None) != len(allocated) or any(
-            r.device_peak_mb is not None or r.device_reserved_mb is not None for r in records
-        )
-        if device:
-            peak = max_opt(_peak([r.device_peak_mb for r in records]), _peak(allocated))
+        n = len(records)
+        peaks = [r.device_peak_mb for r in records]
+        reserved = [r.device_reserved_mb for r in records]
+        if allocated.count(None) != n or peaks.count(None) != n or reserved.count(None) != n:
+            peak = max_opt(_peak(peaks), _peak(allocated))
             self.device_peak_allocated_mb = max_opt(self.device_peak_allocated_mb, peak)
-            reserved = _peak([r.device_reserved_mb for r in records])
-            self.device_peak_reserved_mb = max_opt(self.device_peak_reserved_mb, reserved)
+            top = _peak(reserved)
+            self.device_peak_reserved_mb = max_opt(self.device_peak_reserved_mb, top)
         self.clock = records[-1].clock
 
     @property

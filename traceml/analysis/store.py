@@ -232,11 +232,12 @@ class _Rank:
         if totals is None:
             totals = self.spikes[start] = SpikeTotals()
         baseline, factor = self.baseline, thresholds.spike_factor
+        ms = [r.step_ms for r in records]
         slow: dict[int, SlowStep] = {}
         i, n = 0, len(records)
         while i < n:
             chunk = records[i : i + baseline.steady()]
-            if baseline.ms is not None:
+            if baseline.ms is not None and _above(ms[i : i + len(chunk)], factor * baseline.ms):
                 limit = factor * baseline.ms
                 for k, rec in enumerate(chunk):
                     if rec.step_ms > limit:
@@ -248,9 +249,10 @@ class _Rank:
             i += len(chunk)
         heap = totals.slowest
         floor = heap[0][0] if len(heap) >= SLOWEST_KEPT else -math.inf
-        for rec in records:
-            if rec.step_ms > floor:  # offer() keeps only these; it checks again as it goes
-                totals.offer(rec, slow.get(rec.step))
+        if _above(ms, floor):
+            for rec in records:
+                if rec.step_ms > floor:  # offer() keeps only these; it checks again as it goes
+                    totals.offer(rec, slow.get(rec.step))
 
     def _judge(self, rec: StepRecord, start: int, thresholds: Thresholds) -> None:
         """Judge `rec` against the rolling typical step (before it joins it) and keep it."""
@@ -365,6 +367,12 @@ class _Rank:
             )
         self.live = (self.version, window, built)
         return built
+
+
+def _above(values: Sequence[float], limit: float) -> bool:
+    """Whether a value may be above `limit`: max() at C speed (a NaN first makes it say yes)."""
+    top = max(values)
+    return top > limit or top != top
 
 
 def _exact(records: Sequence[StepRecord]) -> tuple[WindowStats, list[float]]:

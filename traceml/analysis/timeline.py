@@ -14,6 +14,7 @@ of merges instead of being a guess from the halves. Pure arithmetic: no I/O, no 
 
 from __future__ import annotations
 
+import bisect
 import functools
 import itertools
 import math
@@ -30,7 +31,7 @@ if TYPE_CHECKING:
 
     from traceml.records import StepRecord
 
-TIMELINE_WINDOWS = 512
+TIMELINE_WINDOWS = 256
 """Windows a rank's timeline keeps at most; on overflow pairs merge and the stride doubles."""
 SUMMARY_WINDOWS = 64
 """Windows final_summary.json keeps (the timeline coarsened by a power of two): about 5 KB."""
@@ -174,10 +175,13 @@ def _bucket(ms: float) -> int:
     return key if key > 0 else key - 1
 
 
-def _buckets_of_positive(ms: Iterable[float]) -> list[int]:
-    """`_bucket` of each value (all > 0), without a Python call per value."""
-    keys = [math.ceil(x * _INV_LOG_GAMMA) for x in map(math.log, ms)]
-    return [k if k > 0 else k - 1 for k in keys]
+def _bucket_counts(ms: Sequence[float]) -> dict[int, int]:
+    """How many values fall in each `_bucket`, without a Python call per value."""
+    if min(ms) <= 0:
+        return Counter(map(_bucket, ms))
+    logs = map(operator.mul, map(math.log, ms), itertools.repeat(_INV_LOG_GAMMA))
+    raw = Counter(map(math.ceil, logs))
+    return {(k if k > 0 else k - 1): n for k, n in raw.items()}
 
 
 def _bucket_value(key: int) -> float:
@@ -280,6 +284,19 @@ class _Open:
         return out
 
 
+class _Columns:
+    """The columns a timeline folds, taken once from a batch of records."""
+
+    __slots__ = ("dev", "ms", "phases", "rss", "steps")
+
+    def __init__(self, records: Sequence[StepRecord], steps: list[int] | None = None) -> None:
+        self.steps = steps if steps is not None else [r.step for r in records]
+        self.ms = [r.step_ms for r in records]
+        self.phases = list(zip(*(r.phases for r in records), strict=True))
+        self.rss = [r.host_rss_mb for r in records]
+        self.dev = [r.device_allocated_mb for r in records]
+
+
 class Timeline:
     """One rank's steps in at most `capacity` windows; O(capacity) memory for any run.
 
@@ -316,30 +333,42 @@ class Timeline:
 
     def _flush(self) -> None:
         pending, self._pending = self._pending, []
-        for _, group in itertools.groupby(pending, key=lambda r: r.step // self.stride):
-            self._fold(list(group))
+        if not pending:
+            return
+        steps = [r.step for r in pending]
+        if not all(map(operator.lt, steps, steps[1:])):  # late or repeated steps: rare
+            for _, group in itertools.groupby(pending, key=lambda r: r.step // self.stride):
+                self._fold(_Columns(list(group)), 0, None)
+                if len(self._open) > self.capacity:
+                    self._halve()
+            return
+        columns, i, n = _Columns(pending, steps), 0, len(pending)
+        while i < n:  # the columns are taken once; each window folds a slice of them
+            j = bisect.bisect_left(steps, (steps[i] // self.stride + 1) * self.stride, i, n)
+            self._fold(columns, i, j)
             if len(self._open) > self.capacity:
                 self._halve()
+            i = j
 
-    def _fold(self, group: list[StepRecord]) -> None:
-        """Records of one window, folded column by column."""
-        pos = self._find(group[0].step // self.stride)
+    def _fold(self, c: _Columns, i: int, j: int | None) -> None:
+        """Steps i..j of `c` (all in one window), folded column by column."""
+        steps, ms = c.steps[i:j], c.ms[i:j]
+        pos = self._find(steps[0] // self.stride)
         if self._stale is not None:
             self._stale.add(pos)
         window = self._open[pos]
-        v, ms, steps = window.nums, [r.step_ms for r in group], [r.step for r in group]
-        v[_N] += len(group)
+        v = window.nums
+        v[_N] += len(ms)
         v[_SUM] = _total(ms, v[_SUM])
         v[_MAX] = max(v[_MAX], *ms)
         v[_FIRST] = min(v[_FIRST], *steps)
         v[_LAST] = max(v[_LAST], *steps)
-        for i, column in enumerate(zip(*(r.phases for r in group), strict=True)):
-            _add_column(v, _PH + i, _PH + _NP + i, column)
-        _add_column(v, _RSS, _RSS_N, [r.host_rss_mb for r in group])
-        _add_column(v, _DEV, _DEV_N, [r.device_allocated_mb for r in group])
+        for k, column in enumerate(c.phases):
+            _add_column(v, _PH + k, _PH + _NP + k, column[i:j])
+        _add_column(v, _RSS, _RSS_N, c.rss[i:j])
+        _add_column(v, _DEV, _DEV_N, c.dev[i:j])
         sketch = window.sketch
-        keys = map(_bucket, ms) if min(ms) <= 0 else _buckets_of_positive(ms)
-        for key, n in Counter(keys).items():
+        for key, n in _bucket_counts(ms).items():
             sketch[key] = sketch.get(key, 0) + n
         if len(sketch) > SKETCH_BUCKETS:
             _collapse(sketch)
