@@ -17,8 +17,10 @@ separate process in each arm, at two run lengths, the arms interleaved round by 
 Per arm: mean, p99 and max of the script's own per-step times (long runs, pooled); the slope of
 total wall time and of CPU time (all processes of the run: exact, from RUSAGE_CHILDREN) between
 the short and the long run, per step, so start-up and exit cancel; the CPU slope of the training
-process alone (psutil); and the intercept of the wall time (start-up plus exit). Every traced
-figure is shown as added to the mean of bare A and B, with |A - B| as the noise.
+process alone (its own getrusage, written by the script: under a launcher that runs it in a
+process not named after it, a process listing would guess); and the intercept of the wall time
+(start-up plus exit). Every traced figure is shown as added to the mean of bare A and B, with
+|A - B| as the noise.
 `--rss` instead runs 1,000,000 traced steps of a tiny model in this process and prints the
 training process's RSS every 100,000 steps (flat = bounded memory).
 """
@@ -134,6 +136,10 @@ def measure(
                     for r in range(ranks):
                         path = out if ranks == 1 else Path(f"{out}.{r}")
                         sample.steps.setdefault(r, []).extend(read_steps(path))
+                got.by_role["training"] = sum(
+                    float(Path(f"{out if ranks == 1 else f'{out}.{r}'}.cpu").read_text())
+                    for r in range(ranks)
+                )
     return res
 
 
