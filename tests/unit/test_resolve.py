@@ -2,11 +2,21 @@
 
 from __future__ import annotations
 
+import random
+
 import pytest
 
 from traceml.instrument.cuda import CudaMarker, EventPool
-from traceml.instrument.resolve import phases_or_none, segment_ms, to_record
-from traceml.instrument.timer import BACKWARD, BETWEEN, DATALOADER, FORWARD, OTHER, RawStep
+from traceml.instrument.resolve import host_records, phases_or_none, segment_ms, to_record
+from traceml.instrument.timer import (
+    BACKWARD,
+    BETWEEN,
+    DATALOADER,
+    FORWARD,
+    N_PHASES,
+    OTHER,
+    RawStep,
+)
 from traceml.records import PHASES
 
 
@@ -111,3 +121,26 @@ def test_pool_keeps_a_bounded_free_list() -> None:
     pool.acquire()
     assert pool.created == 1
     assert PHASES[0] == "dataloader"
+
+
+def test_host_records_of_a_batch_equal_to_record_of_each() -> None:
+    rng = random.Random(3)
+    raws = []
+    for step in range(500):
+        phase_ns = tuple(rng.randrange(0, 10**6) for _ in range(N_PHASES))
+        start = step * 10**6
+        dev = (rng.random(), rng.random(), None) if step % 3 == 0 else None
+        raws.append(
+            RawStep(
+                step,
+                start,
+                start + sum(phase_ns),
+                phase_ns,
+                rng.randrange(0, 1 << N_PHASES),
+                rng.randrange(1000, 2000) if step % 4 == 0 else -1,
+                None,
+                dev,
+                rng.randrange(0, 10**6) if step % 2 else -1,
+            )
+        )
+    assert host_records(raws, 3, 17, 0.004) == [to_record(r, 3, 17, 0.004) for r in raws]

@@ -79,3 +79,36 @@ def to_record(
         peak,
         comm_ms,
     )
+
+
+def host_records(
+    raws: Sequence[RawStep], rank: int, wall_offset_ns: int, page_mb: float
+) -> list[StepRecord]:
+    """`to_record` of each host-clock RawStep (no CUDA marks): one loop for a tick's batch,
+    without a Python call per step besides the record's own constructor."""
+    out: list[StepRecord] = []
+    append = out.append
+    for step, start_ns, end_ns, phase_ns, seen, rss, _marks, dev, comm_ns in raws:
+        values: list[Any] = [ns / NS_PER_MS for ns in phase_ns]
+        for i in unseen(seen):
+            values[i] = None
+        alloc, reserved, peak = dev if dev is not None else (None, None, None)
+        comm_ms = None
+        if comm_ns >= 0:
+            comm_ms = min(comm_ns / NS_PER_MS, phase_ns[BACKWARD] / NS_PER_MS)
+        append(
+            StepRecord(
+                rank,
+                step,
+                (start_ns + wall_offset_ns) / 1e9,
+                (end_ns - start_ns) / NS_PER_MS,
+                tuple(values),
+                "host",
+                rss * page_mb if rss >= 0 else None,
+                alloc,
+                reserved,
+                peak,
+                comm_ms,
+            )
+        )
+    return out

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from traceml.instrument.cuda import CudaMarker
-from traceml.instrument.resolve import to_record
+from traceml.instrument.resolve import host_records, to_record
 from traceml.instrument.timer import RawStep
 from traceml.probe import warn_once
 from traceml.records import RankEnd, RankInfo, StepRecord, SystemSample
@@ -142,13 +142,8 @@ class TxWorker(threading.Thread):
 
     def _tick(self, final: bool) -> None:
         raw = self.p.raw
-        while raw:
-            item = raw.popleft()
-            if item.step > self._next_step:
-                self.dropped += item.step - self._next_step
-            self._next_step = item.step + 1
-            self._pending.append((item, time.monotonic()))
-        records = self._resolve(final)
+        batch = [raw.popleft() for _ in range(len(raw))]
+        records = self._take(batch, final)
         for lo in range(0, len(records), SLICE_RECORDS):
             if lo and not final:
                 time.sleep(YIELD_S)
@@ -170,6 +165,26 @@ class TxWorker(threading.Thread):
         self.p.store.add_steps(records)
         for sink in self.p.sinks:
             sink.send_steps(records)
+
+    def _take(self, batch: list[RawStep], final: bool) -> list[StepRecord]:
+        """Records of the raw steps taken from the buffer (and of earlier CUDA steps that have
+        resolved since); steps missing between them count as dropped."""
+        if not batch:
+            return self._resolve(final) if self._pending else []
+        first, last = batch[0].step, batch[-1].step
+        if first == self._next_step and last - first == len(batch) - 1:
+            self._next_step = last + 1  # the usual tick: consecutive steps, none dropped
+        else:
+            for item in batch:
+                if item.step > self._next_step:
+                    self.dropped += item.step - self._next_step
+                self._next_step = item.step + 1
+        if not self._pending and all(item.marks is None for item in batch):
+            info = self.p.info
+            return host_records(batch, info.rank, self.p.wall_offset_ns, self.p.page_mb)
+        now = time.monotonic()
+        self._pending.extend((item, now) for item in batch)
+        return self._resolve(final)
 
     def _resolve(self, final: bool) -> list[StepRecord]:
         out: list[StepRecord] = []
