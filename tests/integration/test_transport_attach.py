@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections import deque
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -224,3 +225,36 @@ def test_a_big_job_publishes_a_share_of_its_system_samples(
         assert [parse_topic(f[0])[0] for f in frames] == ["sys"] * published
     finally:
         pub.close(RankEnd(0, "ok", 0, time.time()), None)
+
+
+def test_the_tx_thread_ticks_faster_while_a_snapshot_is_being_sent(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from traceml.instrument import worker
+    from traceml.transport.publish import snapshot
+
+    pub = Publisher(make_info("busy-1"), Settings(history_steps=10_000), tmp_path)
+    pub.open()
+    tx = worker.TxWorker(
+        worker.WorkerParts(make_info("busy-1"), deque(), None, 0.0, 0, sinks=[pub])
+    )
+    try:
+        pub.send_steps([make_step(i) for i in range(10_000)])
+        assert not pub.busy and tx._tick_s() == worker.TICK_S
+        monkeypatch.setattr(snapshot, "SERVICE_BUDGET_S", 0.0)  # take the request, send nothing
+        seen = Seen()
+        with attach(tmp_path, "busy-1") as sub:
+            deadline = time.monotonic() + 10
+            while not pub.busy:
+                assert time.monotonic() < deadline, "the snapshot request never came"
+                pub.service(time.monotonic(), last_step=9_999, dropped=0, primary=None)
+                sub.poll(10)
+            assert tx._tick_s() == worker.SERVE_TICK_S
+            monkeypatch.undo()
+            while seen.count() < 10_000:
+                pub.service(time.monotonic(), last_step=9_999, dropped=0, primary=None)
+                seen.add(sub.poll(10))
+                assert time.monotonic() < deadline, f"snapshot incomplete: {seen.count()}"
+        assert not pub.busy and tx._tick_s() == worker.TICK_S
+    finally:
+        pub.close(RankEnd(0, "ok", 10_000, time.time()), None)

@@ -22,14 +22,18 @@ from traceml.instrument.timer import RawStep
 from traceml.probe import warn_once
 from traceml.records import RankEnd, RankInfo, StepRecord, SystemSample
 
-TICK_S = 0.1
+TICK_S = 0.25
 """The tx thread wakes this often and folds everything the training thread queued since, in one
 go. What training pays for it is the GIL the tx thread holds, and few long holds cost it less
-than many short ones: a fold of one tick's steps (~250 at 0.4 ms a step, under 1 ms of Python)
-delays at most the one or two steps it overlaps, so at 10 ticks a second well under 1 % of
-steps see it and the p99 step does not move; folding the same records in 16-record slices with
-a yield between them delayed several steps a tick and doubled the p99. Step records leave every
-0.1 s anyway (publisher.PUBLISH_EVERY_S)."""
+than many short ones: one fold delays the one or two steps it overlaps, so at 4 ticks a second
+under 1 % of the steps of any loop faster than 2.5 ms a step see it (at 1 ms steps, 0.4 %) and
+the p99 step stays near bare; slower loops fold a few records a tick, well under 1 % of their
+step. Folding in 16-record slices with a yield between them (before) delayed several steps a
+tick and doubled the p99, and 10 ticks a second touched 1 % of 1 ms steps: exactly the p99.
+Step records reach viewers at most this late."""
+SERVE_TICK_S = 0.02
+"""The tick while an attach snapshot is being sent (in parts, 2 ms of sending per tick), so a
+viewer gets a long history in a fraction of a second."""
 SLICE_RECORDS = 2048
 YIELD_S = 0.0001
 """A tick's backlog beyond SLICE_RECORDS (steps of tens of µs, or a stall of the tx thread)
@@ -114,7 +118,7 @@ class TxWorker(threading.Thread):
         try:
             self._open_sink()
             next_sys = next_progress = time.monotonic()
-            while not self._stop_evt.wait(TICK_S):
+            while not self._stop_evt.wait(self._tick_s()):
                 now = time.monotonic()
                 self._tick(final=False)
                 if now >= next_sys:
@@ -128,6 +132,10 @@ class TxWorker(threading.Thread):
             warn_once("tx thread", f"background thread stopped ({type(e).__name__}: {e})")
         finally:
             self.done.set()
+
+    def _tick_s(self) -> float:
+        serving = any(getattr(sink, "busy", False) for sink in self.p.sinks)
+        return SERVE_TICK_S if serving else TICK_S
 
     def _open_sink(self) -> None:
         opened: list[Sink] = []

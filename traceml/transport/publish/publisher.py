@@ -278,6 +278,11 @@ class Publisher:
     # -- properties ------------------------------------------------------------------------
 
     @property
+    def busy(self) -> bool:
+        """Whether an attach snapshot is being sent: the tx thread then services more often."""
+        return self._server is not None and self._server.pending
+
+    @property
     def dropped(self) -> int:
         """Step records the publisher failed to deliver to some viewer: sends refused by a full
         viewer queue (that viewer re-syncs from the history) plus unpackable records."""

@@ -107,6 +107,11 @@ class SnapshotServer:
         self._stats = stats
         self._jobs: deque[SnapshotJob] = deque()
 
+    @property
+    def pending(self) -> bool:
+        """Whether a snapshot still has parts to send."""
+        return bool(self._jobs)
+
     def take_requests(self, now: float) -> None:
         """Read up to MAX_REQUESTS_PER_CALL requests and queue their replies."""
         for _ in range(MAX_REQUESTS_PER_CALL):
