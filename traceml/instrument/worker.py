@@ -34,12 +34,13 @@ Step records reach viewers at most this late."""
 SERVE_TICK_S = 0.02
 """The tick while an attach snapshot is being sent (in parts, 2 ms of sending per tick), so a
 viewer gets a long history in a fraction of a second."""
-SLICE_RECORDS = 2048
+SLICE_RECORDS = 512
 YIELD_S = 0.0001
-"""A tick's backlog beyond SLICE_RECORDS (steps of tens of µs, or a stall of the tx thread)
-folds SLICE_RECORDS at a time with a YIELD_S sleep between, so training never waits on one
-fold of more than a few ms. Yielding with sleep(0) is not enough: the tx thread re-takes the
-GIL before the woken training thread can."""
+"""A tick folds at most SLICE_RECORDS records in one GIL hold (about 5 ms inside a training loop,
+at ~10 µs a record there), with a YIELD_S sleep between slices: a 0.4 ms loop's tick (~600
+steps) is two holds, a 1 ms loop's one, and a loop of tens of µs a step, or a tick after a stall
+of the tx thread, never makes training wait on one fold of tens of ms. Yielding with sleep(0)
+is not enough: the tx thread re-takes the GIL before the woken training thread can."""
 SYSTEM_EVERY_S = 1.0
 PROGRESS_EVERY_S = 5.0
 PRIMARY_EVERY_S = 5.0
