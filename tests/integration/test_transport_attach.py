@@ -240,7 +240,8 @@ def test_the_tx_thread_ticks_faster_while_a_snapshot_is_being_sent(
     )
     try:
         pub.send_steps([make_step(i) for i in range(10_000)])
-        assert not pub.busy and tx._tick_s() == worker.TICK_S
+        idle = (pub.busy, tx._tick_s())
+        assert idle == (False, worker.TICK_S)
         monkeypatch.setattr(snapshot, "SERVICE_BUDGET_S", 0.0)  # take the request, send nothing
         seen = Seen()
         with attach(tmp_path, "busy-1") as sub:
@@ -255,6 +256,6 @@ def test_the_tx_thread_ticks_faster_while_a_snapshot_is_being_sent(
                 pub.service(time.monotonic(), last_step=9_999, dropped=0, primary=None)
                 seen.add(sub.poll(10))
                 assert time.monotonic() < deadline, f"snapshot incomplete: {seen.count()}"
-        assert not pub.busy and tx._tick_s() == worker.TICK_S
+        assert (pub.busy, tx._tick_s()) == (False, worker.TICK_S)
     finally:
         pub.close(RankEnd(0, "ok", 10_000, time.time()), None)
