@@ -43,12 +43,14 @@ example: demo
 
 bench: install
 	$(BIN)/python benchmarks/overhead.py
+	$(BIN)/python benchmarks/fold.py
 	$(BIN)/python benchmarks/transport.py
 	$(BIN)/python benchmarks/viewer.py
 	$(BIN)/python benchmarks/distributed.py
 
 bench-quick: install
 	$(BIN)/python benchmarks/overhead.py --quick
+	$(BIN)/python benchmarks/fold.py --steps 50000
 	$(BIN)/python benchmarks/transport.py --steps 10000 --snapshot 20000 --seconds 1
 	$(BIN)/python benchmarks/viewer.py --quick
 	$(BIN)/python benchmarks/distributed.py --quick
