@@ -151,12 +151,21 @@ class TxWorker(threading.Thread):
 
     def _tick(self, final: bool) -> None:
         raw = self.p.raw
-        batch = [raw.popleft() for _ in range(len(raw))]
-        records = self._take(batch, final)
-        for lo in range(0, len(records), SLICE_RECORDS):
-            if lo and not final:
-                time.sleep(YIELD_S)
-            self._fold(records[lo : lo + SLICE_RECORDS])
+        left = len(raw)  # steps queued meanwhile wait for the next tick: service comes first
+        folded = False
+        while True:
+            batch = [raw.popleft() for _ in range(min(left, SLICE_RECORDS))]
+            left -= len(batch)
+            # A slice at a time from the buffer, so a backlog never lives twice (as RawSteps and
+            # as records) in the rank's memory; CUDA steps resolved late may make a slice longer.
+            records = self._take(batch, final)
+            for lo in range(0, len(records), SLICE_RECORDS):
+                if folded and not final:
+                    time.sleep(YIELD_S)
+                self._fold(records[lo : lo + SLICE_RECORDS])
+                folded = True
+            if left <= 0:
+                break
         now = time.time()
         phase = self.p.phase() if self.p.phase is not None else None
         for sink in self.p.sinks:
