@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import os
 import runpy
+import signal
 import sys
+import time
 import traceback
 from collections.abc import Callable
 from types import TracebackType
@@ -28,6 +30,36 @@ def _trimming(previous: Callable[..., Any], script: str) -> Callable[..., Any]:
         previous(etype, value, tb)
 
     return hook
+
+
+REPEAT_INTERRUPT_S = 0.5
+"""Under `traceml run`, a SIGINT this soon after the last one is the same interrupt arriving
+twice: once to the process group (Ctrl-C without a terminal, `timeout`, a scheduler) and once
+forwarded by the launcher, which cannot tell a group's signal from one sent to it alone.
+Raised again, it would cut short the script's own `except KeyboardInterrupt` clean-up, or the
+summary being written at exit."""
+
+
+def _interrupt_once(window_s: float) -> Callable[[int, Any], None]:
+    """A SIGINT handler as Python's own, except that a repeat within `window_s` is dropped."""
+    last = -window_s
+
+    def handler(_signum: int, _frame: Any) -> None:
+        nonlocal last
+        now = time.monotonic()
+        if now - last < window_s:
+            return
+        last = now
+        raise KeyboardInterrupt
+
+    return handler
+
+
+def _absorb_forwarded_interrupts() -> None:
+    if os.environ.get("TRACEML_LAUNCHER") != "1":
+        return
+    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+        signal.signal(signal.SIGINT, _interrupt_once(REPEAT_INTERRUPT_S))
 
 
 def _mark_exit(kind: str, error: BaseException | None = None) -> None:
@@ -51,6 +83,7 @@ def main(argv: list[str]) -> int:
 
     init_for_run(os.environ.get("TRACEML_MODE", "auto"))
     sys.excepthook = _trimming(sys.excepthook, script)
+    _absorb_forwarded_interrupts()
     try:
         runpy.run_path(script, run_name="__main__")
     except SystemExit as e:

@@ -150,3 +150,47 @@ def test_signal_writes_summary_with_signal_exit(tmp_path: Path, sig: signal.Sign
     assert data["run"]["exit"] == "signal"
     assert data["step_time"]["steps"] > 10
     assert sys.executable
+
+
+CLEANUP_LOOP = """
+import os, time, torch, traceml
+m = torch.nn.Linear(4, 1)
+print(os.getpid(), flush=True)
+try:
+    while True:
+        with traceml.trace_step(m):
+            m(torch.randn(2, 4)).sum().backward()
+        time.sleep(0.01)
+except KeyboardInterrupt:
+    print("caught", flush=True)
+    time.sleep(0.3)  # the script's own clean-up: a checkpoint, a log flush
+    print("cleaned", flush=True)
+    raise
+"""
+
+
+def test_interrupt_delivered_twice_spares_the_scripts_cleanup(tmp_path: Path) -> None:
+    """Ctrl-C without a terminal reaches the group and is forwarded by the launcher too: the
+    script must see one KeyboardInterrupt, not a second one in the middle of its clean-up."""
+    script = write(tmp_path, "loop.py", CLEANUP_LOOP)
+    summary = tmp_path / "s.json"
+    proc = subprocess.Popen(
+        traceml_cmd("run", "--no-live", "--summary", str(summary), str(script)),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=tmp_path,
+        env=child_env(),
+        start_new_session=True,
+    )
+    assert proc.stdout is not None
+    child = int(proc.stdout.readline())
+    time.sleep(0.5)
+    os.killpg(proc.pid, signal.SIGINT)
+    assert proc.stdout.readline().strip() == "caught"
+    os.kill(child, signal.SIGINT)  # the forwarded copy, however late the launcher sends it
+    out, err = proc.communicate(timeout=30)
+    assert out.strip() == "cleaned", err
+    assert err.count("KeyboardInterrupt") == 1, err
+    assert json.loads(summary.read_text())["run"]["exit"] == "signal"

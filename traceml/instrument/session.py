@@ -268,13 +268,13 @@ class Session:
         if self.closed or os.getpid() != self.pid:
             return self.summary_path
         self.closed = True
-        warn_directly(True)  # a logging lock may be held by the thread a SIGTERM interrupted
-        if exit_kind is not None:
-            self.exit = exit_kind
-        self.hooks.remove()
-        atexit.unregister(self.shutdown)
-        held = _hold_signals()
+        held = _hold_signals()  # first of all: a second Ctrl-C must not cut the summary short
         try:
+            warn_directly(True)  # a logging lock may be held by the thread a SIGTERM interrupted
+            if exit_kind is not None:
+                self.exit = exit_kind
+            self.hooks.remove()
+            atexit.unregister(self.shutdown)
             self._stop_worker()
         finally:
             _release_signals(held)
