@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from _common import byte_compile
 from overhead import Arm, measure, print_table
 
 if TYPE_CHECKING:
@@ -378,6 +379,7 @@ def main() -> None:
     print(
         f"host: {os.cpu_count()} CPUs, load {load:.1f}" + (" (busy: noisy)" if load > 1.5 else "")
     )
+    print(f"TraceML {byte_compile()}")
     try:
         run_ddp(tmp, lengths, rounds)
         if not args.no_ingest:

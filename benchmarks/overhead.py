@@ -37,7 +37,7 @@ from array import array
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from _common import Loop, pct
+from _common import Loop, byte_compile, pct
 from _procs import RunResult, run_measured
 
 HERE = Path(__file__).resolve().parent
@@ -298,6 +298,7 @@ def main() -> None:
         peer_bin = make_peer_venv()
     load = os.getloadavg()[0]
     print(f"host: {os.cpu_count()} CPUs, load {load:.1f}" + (" (busy: noisy)" if load > 1 else ""))
+    print(f"TraceML {byte_compile()}")
     sizes = [(0.4, (500, 2500))] if args.quick else [(0.4, (1000, 5000)), (1.0, (500, 2500))]
     rounds = 1 if args.quick else args.rounds
     for target_ms, lengths in sizes:

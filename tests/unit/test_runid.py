@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import os
 import re
+import subprocess
+import sys
 import time
+from pathlib import Path
 
+import psutil
 import pytest
 
 from traceml.transport.runfiles.runid import (
@@ -13,6 +17,7 @@ from traceml.transport.runfiles.runid import (
     derived_run_id,
     is_valid_run_id,
     launcher_pid,
+    process_start,
     sanitize,
     script_stem,
 )
@@ -91,3 +96,20 @@ def test_valid_run_ids(run_id: str, ok: bool) -> None:
 def test_sanitize_never_yields_a_hidden_or_unsafe_name() -> None:
     assert sanitize("../../etc") == "etc"
     assert is_valid_run_id(sanitize("..a b/c..", 10))
+
+
+def test_process_start_is_psutils_create_time_even_for_an_odd_command_name(
+    tmp_path: Path,
+) -> None:
+    """Read from /proc, the start time must equal psutil's (liveness compares the two), also
+    when the command name holds spaces and parentheses."""
+    odd = tmp_path / "a) b (c"
+    odd.symlink_to(sys.executable)
+    child = subprocess.Popen([str(odd), "-c", "import time; time.sleep(30)"])
+    try:
+        for pid in (os.getpid(), child.pid):
+            assert process_start(pid) == psutil.Process(pid).create_time()
+    finally:
+        child.kill()
+        child.wait()
+    assert process_start(2**22 + 12345) is None  # no such process

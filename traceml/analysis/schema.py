@@ -48,7 +48,7 @@ def load_schema() -> dict[str, Any]:
 
 def validate_summary(obj: Any) -> None:
     """Raise SchemaError (one line naming the first problem) unless `obj` is a valid summary."""
-    _check_sections(obj)
+    check_sections(obj)
     try:
         import jsonschema
     except ImportError:
@@ -62,7 +62,8 @@ def validate_summary(obj: Any) -> None:
         )
 
 
-def _check_sections(obj: Any) -> None:
+def check_sections(obj: Any) -> None:
+    """The structural check alone: a JSON object with each top-level section of its type."""
     if not isinstance(obj, dict):
         raise SchemaError(f"not a {SUMMARY_SCHEMA} summary: expected a JSON object")
     for key, kind in _SECTIONS.items():

@@ -23,7 +23,12 @@ from traceml._version import __version__
 from traceml.analysis.diagnose import diagnose
 from traceml.analysis.rules_memory import memory_growth
 from traceml.analysis.rules_ranks import rank_lags, with_comm_wait
-from traceml.analysis.schema import SUMMARY_READS, SUMMARY_SCHEMA, validate_summary
+from traceml.analysis.schema import (
+    SUMMARY_READS,
+    SUMMARY_SCHEMA,
+    check_sections,
+    validate_summary,
+)
 from traceml.analysis.stats import SYSTEM_MEANS, SYSTEM_PEAKS, max_opt, median, series_slope
 from traceml.analysis.timeline import SUMMARY_WINDOWS, coarsen
 from traceml.analysis.timeline_json import timeline_columns
@@ -337,8 +342,10 @@ def write_summary(summary: dict[str, Any], path: Path) -> Path:
     return path
 
 
-def load_summary(path: Path) -> dict[str, Any]:
-    """Read and check a final_summary.json.
+def load_summary(path: Path, full_check: bool = True) -> dict[str, Any]:
+    """Read and check a final_summary.json; `full_check=False` leaves out the JSON Schema
+    validation (tens of ms to import jsonschema) for a summary this TraceML has just written
+    (the launcher's card): version and sections are still checked.
 
     Raises:
         SchemaError: one line, for a missing or unreadable file, text that is not JSON, JSON that
@@ -364,7 +371,7 @@ def load_summary(path: Path) -> dict[str, Any]:
             " use the TraceML version that wrote it"
         )
     try:
-        validate_summary(obj)
+        validate_summary(obj) if full_check else check_sections(obj)
     except SchemaError as e:
         raise SchemaError(f"{path}: {e.msg}") from e
     result: dict[str, Any] = obj

@@ -27,14 +27,17 @@ COMMANDS: dict[str, str] = {
 """Subcommand name -> module; a module that does not exist yet is left out of the parser."""
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The CLI's parser; with `only`, just that subcommand's (its module alone is imported:
+    `traceml run` starts the script without first importing what `ls` or `export` need)."""
     parser = argparse.ArgumentParser(
         prog="traceml",
         description="Where each PyTorch training step's time goes, live.",
     )
     parser.add_argument("--version", action="version", version=f"traceml {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for module_name in COMMANDS.values():
+    names = [COMMANDS[only]] if only in COMMANDS else COMMANDS.values()
+    for module_name in names:
         try:
             module = importlib.import_module(module_name)
         except ModuleNotFoundError as e:
@@ -51,7 +54,8 @@ def error_line(err: TraceMLError) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser(argv[0] if argv else None)
     args = parser.parse_args(argv)
     if args.command is None:
         parser.print_help()

@@ -145,7 +145,7 @@ def print_card(summary_path: Path) -> None:
     from traceml.analysis.summary import load_summary
 
     try:
-        summary = load_summary(summary_path)
+        summary = load_summary(summary_path, full_check=False)  # our child wrote it
         card = render_card(summary)
     except TraceMLError as err:
         print(f"traceml: no summary to show ({err.msg})", file=sys.stderr)

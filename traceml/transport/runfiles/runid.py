@@ -12,8 +12,6 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 
-import psutil
-
 MAX_RUN_ID = 96
 """Longest run id; keeps ipc socket paths under the 107-byte limit in the default runtime dir."""
 
@@ -79,11 +77,33 @@ def launcher_pid(env: Mapping[str, str]) -> int:
 
 
 def process_start(pid: int) -> float | None:
-    """Start time of `pid` in epoch seconds, None if it cannot be read."""
+    """Start time of `pid` in epoch seconds, None if it cannot be read.
+
+    On Linux read from /proc as psutil computes it (boot time plus the start tick), so the
+    launcher and every rank agree with each other and with psutil's `create_time` (liveness):
+    importing psutil costs a run's start-up tens of ms, and this is on it.
+    """
     try:
+        return _proc_start(pid)
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        import psutil
+
         return float(psutil.Process(pid).create_time())
     except Exception:  # noqa: BLE001 - a probe: a broken psutil must not stop a run
         return None
+
+
+def _proc_start(pid: int, procfs: str = "/proc") -> float:
+    with open(f"{procfs}/{pid}/stat", "rb") as f:
+        stat = f.read()
+    # Fields after the command name, which may hold spaces and parentheses: starttime is the
+    # 22nd field of the line, the 20th after the name.
+    start_ticks = int(stat[stat.rindex(b")") + 2 :].split()[19])
+    with open(f"{procfs}/stat", "rb") as f:
+        boot = next(float(line.split()[1]) for line in f if line.startswith(b"btime"))
+    return start_ticks / os.sysconf("SC_CLK_TCK") + boot
 
 
 def derived_run_id(stem: str, env: Mapping[str, str], pid: int, start: float | None) -> str:
