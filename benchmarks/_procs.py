@@ -77,7 +77,11 @@ class TreeMeter(threading.Thread):
         try:
             with p.oneshot():
                 t = p.cpu_times()
-                name = self.cpu[p.pid][0] if p.pid in self.cpu else role(p.cmdline())
+                known = self.cpu.get(p.pid)
+                # A child read between fork and exec still shows its parent's command line:
+                # only a settled role is kept (a missed "training" would never get its `q`).
+                settled = known is not None and (known[0] == "training" or p.pid == self.root)
+                name = known[0] if settled and known else role(p.cmdline())
                 self.cpu[p.pid] = (name, t.user + t.system)
         except psutil.Error:
             return

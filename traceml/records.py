@@ -169,6 +169,10 @@ class SystemSample:
     gpu_mem_total_mb: float | None = None
     gpu_power_w: float | None = None
     gpu_temp_c: float | None = None
+    traceml_cpu_pct: float | None = None
+    """CPU of TraceML's own background thread in this process since the previous sample (100 =
+    one full core): what folding, publishing and sampling cost; the training thread's hooks
+    are not in it."""
 
     def to_wire(self) -> list[Any]:
         return [
@@ -184,12 +188,13 @@ class SystemSample:
             self.gpu_mem_total_mb,
             self.gpu_power_w,
             self.gpu_temp_c,
+            self.traceml_cpu_pct,
         ]
 
     @classmethod
     def from_wire(cls, wire: Any) -> SystemSample:
-        w = _fields(wire, "system sample", 12)
-        return cls(_int(w[1]), _opt_float(w[2]) or 0.0, *(_opt_float(x) for x in w[3:12]))
+        w = _fields(wire, "system sample", 12)  # 13 since traceml_cpu_pct; 12 still read
+        return cls(_int(w[1]), _opt_float(w[2]) or 0.0, *(_opt_float(x) for x in w[3:13]))
 
 
 @dataclass(frozen=True, slots=True)

@@ -194,3 +194,25 @@ def test_interrupt_delivered_twice_spares_the_scripts_cleanup(tmp_path: Path) ->
     assert out.strip() == "cleaned", err
     assert err.count("KeyboardInterrupt") == 1, err
     assert json.loads(summary.read_text())["run"]["exit"] == "signal"
+
+
+TIMED_LOOP = """
+import time, torch, traceml
+m = torch.nn.Linear(64, 64)
+opt = torch.optim.SGD(m.parameters(), lr=0.01)
+end = time.monotonic() + 2.5
+while time.monotonic() < end:
+    with traceml.trace_step(m):
+        opt.zero_grad(); m(torch.randn(32, 64)).sum().backward(); opt.step()
+"""
+
+
+def test_the_summary_says_what_traceml_own_thread_cost(tmp_path: Path) -> None:
+    script = write(tmp_path, "loop.py", TIMED_LOOP)
+    summary = tmp_path / "s.json"
+    proc = run_cli(tmp_path, "run", "--no-live", "--summary", str(summary), str(script))
+    assert proc.returncode == 0, proc.stderr
+    system = json.loads(summary.read_text())["system"]
+    own = system["traceml_cpu_pct_avg"]
+    assert own is not None and 0.0 < own < system["cpu_pct_avg"]
+    assert f"(TraceML thread {own:.1f} %)" in proc.stderr

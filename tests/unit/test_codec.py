@@ -10,7 +10,7 @@ import msgpack
 import pytest
 
 from traceml.errors import SchemaError
-from traceml.records import StepRecord
+from traceml.records import StepRecord, SystemSample
 from traceml.transport.wire.codec import (
     Header,
     WireVersionError,
@@ -143,3 +143,11 @@ def test_only_real_topics_may_be_subscribed(topic: bytes, ok: bool) -> None:
     from traceml.transport.publish.channels import is_topic_prefix
 
     assert is_topic_prefix(topic) is ok
+
+
+def test_a_system_sample_carries_traceml_own_cpu_and_reads_the_shorter_form() -> None:
+    sample = SystemSample(2, 1.7e9, 95.0, 40.0, traceml_cpu_pct=1.5)
+    wire = unpack(pack(sample.to_wire()), "t")
+    assert SystemSample.from_wire(wire) == sample
+    older = wire[:12]  # a sender from before the field: the rest of the sample still reads
+    assert SystemSample.from_wire(older) == dataclasses.replace(sample, traceml_cpu_pct=None)

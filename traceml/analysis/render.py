@@ -185,6 +185,9 @@ SYSTEM_FIELDS = (
 
 def _system_line(system: Mapping[str, Any]) -> str:
     parts = [f"{label} {_opt(system.get(key), '.0f')} %" for label, key in SYSTEM_FIELDS]
+    own = system.get("traceml_cpu_pct_avg")
+    if own is not None:  # absent from summaries written before it was measured
+        parts[0] += f" (TraceML thread {own:.1f} %)"
     return "System  " + " · ".join(p.replace("n/a %", "n/a") for p in parts)
 
 

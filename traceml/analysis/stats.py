@@ -548,7 +548,13 @@ class RunningMean:
         return self.total / self.count if self.count else None
 
 
-SYSTEM_MEANS: tuple[str, ...] = ("process_cpu_pct", "host_cpu_pct", "gpu_util_pct", "gpu_power_w")
+SYSTEM_MEANS: tuple[str, ...] = (
+    "process_cpu_pct",
+    "host_cpu_pct",
+    "gpu_util_pct",
+    "gpu_power_w",
+    "traceml_cpu_pct",
+)
 """SystemSample fields averaged over the run."""
 SYSTEM_PEAKS: tuple[str, ...] = ("gpu_temp_c", "host_mem_used_mb", "gpu_mem_used_mb")
 """SystemSample fields whose maximum over the run is kept."""

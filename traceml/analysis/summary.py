@@ -210,6 +210,7 @@ def _system(store: RunStore) -> dict[str, Any]:
         peaks = {name: max_opt(peaks[name], t.peak(name)) for name in SYSTEM_PEAKS}
     return {
         "cpu_pct_avg": means["process_cpu_pct"],
+        "traceml_cpu_pct_avg": means["traceml_cpu_pct"],
         "host_cpu_pct_avg": means["host_cpu_pct"],
         "gpu_util_pct_avg": means["gpu_util_pct"],
         "gpu_power_w_avg": means["gpu_power_w"],

@@ -1,4 +1,5 @@
-"""System signals at about 1 Hz, sampled on the tx thread: process and host CPU, host memory, GPU.
+"""System signals at about 1 Hz, sampled on the tx thread: process and host CPU, host memory, GPU,
+and the CPU of the tx thread itself (TraceML's own cost, measured on every run).
 
 Every probe fails soft (probe.py): a missing or raising psutil or NVML leaves fields None.
 """
@@ -32,6 +33,17 @@ class SystemSampler:
         except Exception:  # noqa: BLE001 - sampling is optional
             self._psutil = None
         self._nvml = Nvml.open(gpu_index, expect_gpu=True) if gpu_index is not None else None
+        self._own: tuple[float, float] | None = None
+        """(thread CPU, monotonic) seconds at the previous sample, read on the sampling thread."""
+
+    def own_cpu_pct(self) -> float | None:
+        """CPU of the calling thread (the tx thread) since the previous call, 100 = one core;
+        None on the first call."""
+        now = (time.thread_time(), time.monotonic())
+        last, self._own = self._own, now
+        if last is None or now[1] <= last[1]:
+            return None
+        return 100.0 * (now[0] - last[0]) / (now[1] - last[1])
 
     def sample(self) -> SystemSample:
         ps = self._psutil
@@ -57,6 +69,7 @@ class SystemSampler:
             gpu_mem_total_mb=gpu.mem_total_mb if gpu else None,
             gpu_power_w=gpu.power_w if gpu else None,
             gpu_temp_c=gpu.temp_c if gpu else None,
+            traceml_cpu_pct=probe("thread cpu", self.own_cpu_pct, None),
         )
 
     def close(self) -> None:

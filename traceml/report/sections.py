@@ -146,6 +146,7 @@ def ranks(rows: Sequence[Mapping[str, Any]], limit: int | None = None) -> str:
 
 SYSTEM_ROWS = (
     ("process CPU avg", "cpu_pct_avg", "%"),
+    ("TraceML's thread CPU avg", "traceml_cpu_pct_avg", "%"),
     ("host CPU avg", "host_cpu_pct_avg", "%"),
     ("GPU util avg", "gpu_util_pct_avg", "%"),
     ("GPU power avg", "gpu_power_w_avg", "W"),
