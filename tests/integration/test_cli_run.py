@@ -126,12 +126,13 @@ for i in range(100000):
 """
 
 
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
-def test_signal_writes_summary_with_signal_exit(tmp_path: Path, sig: signal.Signals) -> None:
-    script = write(tmp_path, "loop.py", SLOW_LOOP)
-    summary = tmp_path / "s.json"
-    proc = subprocess.Popen(
+def start_in_own_group(tmp_path: Path, source: str, summary: Path) -> subprocess.Popen[str]:
+    """`traceml run --no-live` of `source` as the leader of its own process group, without a
+    terminal, as a scheduler or `timeout` starts a job."""
+    script = write(tmp_path, "loop.py", source)
+    return subprocess.Popen(
         traceml_cmd("run", "--no-live", "--summary", str(summary), str(script)),
+        stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -139,6 +140,12 @@ def test_signal_writes_summary_with_signal_exit(tmp_path: Path, sig: signal.Sign
         env=child_env(),
         start_new_session=True,
     )
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_signal_writes_summary_with_signal_exit(tmp_path: Path, sig: signal.Signals) -> None:
+    summary = tmp_path / "s.json"
+    proc = start_in_own_group(tmp_path, SLOW_LOOP, summary)
     assert proc.stdout is not None
     assert proc.stdout.readline().strip() == "started"
     time.sleep(1.0)
@@ -172,18 +179,8 @@ except KeyboardInterrupt:
 def test_interrupt_delivered_twice_spares_the_scripts_cleanup(tmp_path: Path) -> None:
     """Ctrl-C without a terminal reaches the group and is forwarded by the launcher too: the
     script must see one KeyboardInterrupt, not a second one in the middle of its clean-up."""
-    script = write(tmp_path, "loop.py", CLEANUP_LOOP)
     summary = tmp_path / "s.json"
-    proc = subprocess.Popen(
-        traceml_cmd("run", "--no-live", "--summary", str(summary), str(script)),
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        cwd=tmp_path,
-        env=child_env(),
-        start_new_session=True,
-    )
+    proc = start_in_own_group(tmp_path, CLEANUP_LOOP, summary)
     assert proc.stdout is not None
     child = int(proc.stdout.readline())
     time.sleep(0.5)
