@@ -13,6 +13,7 @@ import psutil
 import pytest
 
 from traceml.transport.runfiles.runid import (
+    _proc_start,
     derive_run_id,
     derived_run_id,
     is_valid_run_id,
@@ -113,3 +114,13 @@ def test_process_start_is_psutils_create_time_even_for_an_odd_command_name(
         child.kill()
         child.wait()
     assert process_start(2**22 + 12345) is None  # no such process
+
+
+def test_a_procfs_without_boot_time_is_a_value_error_not_a_stop_iteration(tmp_path: Path) -> None:
+    """process_start falls back to psutil on OSError/ValueError/IndexError: anything else
+    (a StopIteration from a missing btime line) would escape into the user's `init`."""
+    (tmp_path / "7").mkdir()
+    (tmp_path / "7" / "stat").write_bytes(b"7 (py) S" + b" 0" * 30 + b"\n")
+    (tmp_path / "stat").write_bytes(b"cpu  1 2 3\n")
+    with pytest.raises(ValueError, match="btime"):
+        _proc_start(7, str(tmp_path))

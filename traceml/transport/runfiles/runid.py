@@ -102,7 +102,9 @@ def _proc_start(pid: int, procfs: str = "/proc") -> float:
     # 22nd field of the line, the 20th after the name.
     start_ticks = int(stat[stat.rindex(b")") + 2 :].split()[19])
     with open(f"{procfs}/stat", "rb") as f:
-        boot = next(float(line.split()[1]) for line in f if line.startswith(b"btime"))
+        boot = next((float(line.split()[1]) for line in f if line.startswith(b"btime")), None)
+    if boot is None:
+        raise ValueError(f"no btime line in {procfs}/stat")
     return start_ticks / os.sysconf("SC_CLK_TCK") + boot
 
 
