@@ -93,7 +93,12 @@ async def test_a_chart_is_not_built_again_without_new_data() -> None:
         for n in range(20, 200, 20):
             source.push(partial(fill, run=CannedRun(steps=n), first=n - 20))
         await until(
-            pilot, lambda: app.main.shown is not None and app.main.shown.view.total_steps == 180
+            pilot,
+            lambda: (
+                app.main.shown is not None
+                and app.main.shown.view.total_steps == 180
+                and app.main.chart.chart.current
+            ),  # the last data's picture is built (loaded hosts lag)
         )
         builds = app.main.chart.chart.builds
         await pilot.pause(REDRAW_S + 0.3)
