@@ -80,8 +80,10 @@ class TreeMeter(threading.Thread):
                 known = self.cpu.get(p.pid)
                 # A child read between fork and exec still shows its parent's command line:
                 # only a settled role is kept (a missed "training" would never get its `q`).
-                settled = known is not None and (known[0] == "training" or p.pid == self.root)
-                name = known[0] if settled and known else role(p.cmdline())
+                if known is not None and (known[0] == "training" or p.pid == self.root):
+                    name = known[0]
+                else:
+                    name = role(p.cmdline())
                 self.cpu[p.pid] = (name, t.user + t.system)
         except psutil.Error:
             return

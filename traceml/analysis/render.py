@@ -183,11 +183,15 @@ SYSTEM_FIELDS = (
 )
 
 
+def own_cpu_note(pct: float | None) -> str:
+    """TraceML's thread's share, said beside the process CPU (card and live view) only where
+    it was measured: summaries written before it was have none."""
+    return "" if pct is None else f" (TraceML thread {pct:.1f} %)"
+
+
 def _system_line(system: Mapping[str, Any]) -> str:
     parts = [f"{label} {_opt(system.get(key), '.0f')} %" for label, key in SYSTEM_FIELDS]
-    own = system.get("traceml_cpu_pct_avg")
-    if own is not None:  # absent from summaries written before it was measured
-        parts[0] += f" (TraceML thread {own:.1f} %)"
+    parts[0] += own_cpu_note(system.get("traceml_cpu_pct_avg"))
     return "System  " + " · ".join(p.replace("n/a %", "n/a") for p in parts)
 
 

@@ -372,7 +372,10 @@ def load_summary(path: Path, full_check: bool = True) -> dict[str, Any]:
             " use the TraceML version that wrote it"
         )
     try:
-        validate_summary(obj) if full_check else check_sections(obj)
+        if full_check:
+            validate_summary(obj)
+        else:
+            check_sections(obj)
     except SchemaError as e:
         raise SchemaError(f"{path}: {e.msg}") from e
     result: dict[str, Any] = obj

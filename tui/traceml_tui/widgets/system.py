@@ -12,6 +12,7 @@ from typing import Any
 from textual.content import Content
 from textual.widget import Widget
 
+from traceml.analysis.render import own_cpu_note
 from traceml.records import SystemSample
 from traceml_tui.format import mb, value
 from traceml_tui.snapshot import Snapshot, is_over
@@ -26,16 +27,11 @@ def _used(used: float | None, total: float | None) -> str:
     return mb(used) if total is None else f"{mb(used)} / {mb(total)}"
 
 
-def _own(pct: float | None) -> str:
-    """TraceML's thread's share of the process CPU, said only where it was measured."""
-    return "" if pct is None else f" (TraceML thread {value(pct, '%', 1)})"
-
-
 def sample_lines(sample: SystemSample) -> list[str]:
     """The sample as aligned lines; a GPU that is not there is said once."""
     cpu, host = value(sample.process_cpu_pct, "%"), value(sample.host_cpu_pct, "%")
     lines = [
-        f"CPU  process {cpu}{_own(sample.traceml_cpu_pct)} · host {host}",
+        f"CPU  process {cpu}{own_cpu_note(sample.traceml_cpu_pct)} · host {host}",
         f"RAM  host {_used(sample.host_mem_used_mb, sample.host_mem_total_mb)}",
     ]
     if sample.gpu_util_pct is None and sample.gpu_mem_used_mb is None:
@@ -55,7 +51,7 @@ def summary_lines(system: Mapping[str, Any]) -> list[str]:
     gpu = system.get("gpu_util_pct_avg")
     lines = [
         f"CPU  process {value(system.get('cpu_pct_avg'), '%')} avg"
-        f"{_own(system.get('traceml_cpu_pct_avg'))}"
+        f"{own_cpu_note(system.get('traceml_cpu_pct_avg'))}"
         f" · host {value(system.get('host_cpu_pct_avg'), '%')} avg"
     ]
     if gpu is None:
