@@ -206,17 +206,19 @@ def print_table(
     )
     head = (
         f"  {'':17} {'mean step':>17} {'wall slope':>17} {'p99 step':>17} {'max step':>10}"
-        f" {'CPU all procs':>17} {'CPU training':>17} {'start+exit s':>13}"
+        f" {'CPU all procs':>17} {'CPU training':>17} {'start+exit s':>15}"
     )
     print(head)
 
     def cell(f: str, v: float, width: int = 17) -> str:
-        return f"{v:7.1f} ({noise[f]:5.1f})".rjust(width) if f != "fixed" else f"{v:+.2f}"
+        if f == "fixed":  # seconds, and their spread between processes is tenths of a second
+            return f"{v:+.2f} ({noise[f]:.2f})".rjust(width)
+        return f"{v:7.1f} ({noise[f]:5.1f})".rjust(width)
 
     print(
         f"  {'bare':17} {bare['mean']:17.1f} {bare['wall']:17.1f} {bare['p99']:17.0f}"
         f" {bare['max']:10.0f} {bare['cpu']:17.1f} {bare['train_cpu']:17.1f}"
-        f" {bare['fixed']:13.2f}"
+        f" {bare['fixed']:15.2f}"
     )
     for name, fig in figs.items():
         added = {f: getattr(fig, f) - bare[f] for f in fields}
@@ -227,7 +229,7 @@ def print_table(
             f"  {name:17} {cell('mean', added['mean']):>17} {cell('wall', added['wall']):>17}"
             f" {p99:>17}"
             f" {fig.max:10.0f} {cell('cpu', added['cpu']):>17}"
-            f" {cell('train_cpu', added['train_cpu']):>17} {added['fixed']:+13.2f}"
+            f" {cell('train_cpu', added['train_cpu']):>17} {cell('fixed', added['fixed'], 15)}"
         )
 
 
@@ -284,7 +286,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--peer", action="store_true", help="add traceml-ai 0.5.0 (pip installs it)")
     ap.add_argument("--rss", action="store_true", help="RSS over 1,000,000 traced steps")
-    ap.add_argument("--rss-steps", type=int, default=1_000_000, help=argparse.SUPPRESS)
+    ap.add_argument("--rss-steps", type=int, default=1_000_000, help="steps of --rss")
     args = ap.parse_args()
     if args.rss:
         rss_mode(args.rss_steps)
