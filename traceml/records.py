@@ -100,6 +100,10 @@ class StepRecord:
     """Part of `backward` spent waiting for DDP's gradient all-reduce after the last gradient
     bucket was ready (not a phase of its own); None when not measured (no DDP, a user comm hook,
     CUDA). On the wire it is a 12th field, left out when None: older readers ignore it."""
+    held_ms: float | None = None
+    """Part of the step that overlapped TraceML's own background work (the tx thread running
+    Python while the step ran, see instrument.busy): an upper bound on what TraceML delayed it.
+    None when it overlapped none. On the wire a 13th field, left out when None."""
 
     def phase(self, name: Phase) -> float | None:
         """Milliseconds spent in `name`, None when the loop has no such phase."""
@@ -119,8 +123,10 @@ class StepRecord:
             self.device_reserved_mb,
             self.device_peak_mb,
         ]
-        if self.comm_wait_ms is not None:
+        if self.comm_wait_ms is not None or self.held_ms is not None:
             wire.append(self.comm_wait_ms)
+        if self.held_ms is not None:
+            wire.append(self.held_ms)
         return wire
 
     @classmethod
@@ -147,6 +153,7 @@ class StepRecord:
             device_reserved_mb=_opt_float(w[9]),
             device_peak_mb=_opt_float(w[10]),
             comm_wait_ms=_opt_float(w[11]) if len(w) > 11 else None,
+            held_ms=_opt_float(w[12]) if len(w) > 12 else None,
         )
 
 

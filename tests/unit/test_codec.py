@@ -102,6 +102,20 @@ def test_a_measured_comm_wait_travels_as_a_twelfth_field() -> None:
     assert step_from_wire(wire, finite=True).comm_wait_ms == 1.5
 
 
+def test_a_step_held_by_tracemls_thread_carries_the_overlap_as_a_thirteenth_field() -> None:
+    held = dataclasses.replace(STEP, held_ms=4.25)
+    both = dataclasses.replace(STEP, comm_wait_ms=1.5, held_ms=4.25)
+    assert len(held.to_wire()) == len(STEP.to_wire()) + 2  # comm wait stays in its place
+    assert held.to_wire()[11] is None
+    body = pack_array([pack(held.to_wire()), pack(both.to_wire()), pack(STEP.to_wire())])
+    assert decode_steps(body) == (held, both, STEP)
+    for rec in (held, both):
+        wire = unpack(pack(rec.to_wire()), "t", use_list=False)
+        assert step_from_wire(wire, finite=True) == rec
+        assert StepRecord.from_wire(list(wire)) == rec
+    assert StepRecord.from_wire(STEP.to_wire()).held_ms is None  # an older sender's record
+
+
 @pytest.mark.parametrize("bad", [math.nan, -math.nan, math.inf, -math.inf])
 def test_non_finite_numbers_take_the_slow_path(bad: float) -> None:
     odd = StepRecord(0, 1, 1.0, 2.0, (1.0, None, 1.0, 1.0, 1.0, None, 1.0), "host", bad)

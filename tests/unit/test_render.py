@@ -98,3 +98,22 @@ def test_progress_line() -> None:
 
 def test_progress_waits_for_steps() -> None:
     assert render_progress(RunStore().live_view()) == "traceml: waiting for the first step"
+
+
+def test_card_says_how_many_steps_tracemls_own_work_overlapped() -> None:
+    store = store_of()
+    quiet = render_card(summary_of(store))
+    assert "TraceML's background work" not in quiet  # none overlapped: nothing to say
+    store.add_steps(
+        [StepRecord(0, s, 0.0, 110.0, PHASES_MS, held_ms=8.25) for s in (100, 101, 102)]
+    )
+    summary = summary_of(store)
+    assert (summary["system"]["traceml_held_steps"], summary["system"]["traceml_held_ms"]) == (
+        3,
+        24.8,
+    )
+    card = render_card(summary, width=100)
+    assert (
+        "  TraceML's background work overlapped 3 steps (24.8 ms in all; not counted as spikes)"
+        in card.splitlines()
+    )

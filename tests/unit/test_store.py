@@ -249,3 +249,25 @@ def test_other_window_sizes_are_not_served_from_the_cache() -> None:
     assert store.live_view(10).ranks[0].steps == 10
     assert store.live_view(20).ranks[0].steps == 20
     assert store.live_view(300).ranks[0].steps == 50
+
+
+@pytest.mark.parametrize("batched", [True, False])
+def test_a_step_slowed_only_by_tracemls_own_work_is_no_spike(batched: bool) -> None:
+    """10 ms typical steps; step 60 takes 50 ms of which 45 overlapped TraceML's tx thread, and
+    step 70 takes 50 ms of which only 5 did: the first is TraceML's cost (counted apart), the
+    second the loop's own spike, with its whole time."""
+    records = [rec(0, s, step_ms=10.0) for s in range(100)]
+    records[60] = rec(0, 60, step_ms=50.0, held_ms=45.0)
+    records[70] = rec(0, 70, step_ms=50.0, held_ms=5.0)
+    store = RunStore()
+    if batched:
+        store.add_steps(records)
+    else:
+        for r in records:
+            store.add_steps([r])
+    spikes = store.summary_view().ranks[0].spikes
+    assert spikes is not None
+    assert (spikes.count, spikes.total_ms) == (1, 50.0)
+    assert [s.step for s in spikes.listed] == [70]
+    assert store.held_totals() == (2, 50.0)
+    assert store.recent(0, 100)[60].step_ms == 50.0  # the record itself keeps its whole time

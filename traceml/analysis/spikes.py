@@ -2,11 +2,13 @@
 
 A step is a spike when it takes more than `Thresholds.spike_factor` times the rank's typical
 step: the median of its last `BASELINE_STEPS` steps (recomputed every `BASELINE_EVERY` steps, so
-it follows a run whose speed changes). The judgement is made once, at fold time, so a live
-window, a short run's exact summary and a week-long run's segment aggregates all agree on which
-steps were spikes. What is kept is bounded whatever the run's length: per segment a count, the
-spikes' phase sums and the `SLOWEST_KEPT` slowest steps of all; per rank the last `LOG_KEPT`
-spikes (step, ms, phase) for naming them and finding a period. Pure: no I/O, no clock, no torch.
+it follows a run whose speed changes). Its overlap with TraceML's own background work
+(`StepRecord.held_ms`) is left out of the judgement: that delay is TraceML's, not the loop's.
+The judgement is made once, at fold time, so a live window, a short run's exact summary and a
+week-long run's segment aggregates all agree on which steps were spikes. What is kept is bounded
+whatever the run's length: per segment a count, the spikes' phase sums and the `SLOWEST_KEPT`
+slowest steps of all; per rank the last `LOG_KEPT` spikes (step, ms, phase) for naming them and
+finding a period. Pure: no I/O, no clock, no torch.
 """
 
 from __future__ import annotations

@@ -86,6 +86,8 @@ class _Rank:
         "dropped",
         "end",
         "evicted_max",
+        "held_ms",
+        "held_steps",
         "history",
         "in_ring",
         "info",
@@ -123,6 +125,10 @@ class _Rank:
         self.spikes: dict[int, SpikeTotals] = {}
         """Spike totals and slowest steps per segment start, beside `segments`."""
         self.baseline = Baseline()
+        self.held_steps = 0
+        """Steps folded that overlapped TraceML's own background work (StepRecord.held_ms)."""
+        self.held_ms = 0.0
+        """Their overlap in all, ms: an upper bound on what TraceML's tx thread delayed them."""
         self.spike_steps: set[int] = set()
         """Steps in the ring judged spikes when folded (so exact windows agree with segments)."""
         self.spike_log: deque[SlowStep] = deque(maxlen=LOG_KEPT)
@@ -163,6 +169,9 @@ class _Rank:
             segment = self.segments[start] = WindowStats(start)
         segment.add(rec)
         self._judge(rec, start, thresholds)
+        if rec.held_ms is not None:
+            self.held_steps += 1
+            self.held_ms += rec.held_ms
         if rec.comm_wait_ms is not None:
             comm = self.comm.get(start)
             if comm is None:
@@ -189,6 +198,10 @@ class _Rank:
                 self.add(rec, thresholds)
             return
         self._push_many(records, steps)
+        held = [r.held_ms for r in records if r.held_ms is not None]
+        if held:
+            self.held_steps += len(held)
+            self.held_ms += sum(held)
         if steps[0] > self.covered:
             self.timeline.extend(records)
         else:
@@ -240,7 +253,7 @@ class _Rank:
             if baseline.ms is not None and _above(ms[i : i + len(chunk)], factor * baseline.ms):
                 limit = factor * baseline.ms
                 for k, rec in enumerate(chunk):
-                    if rec.step_ms > limit:
+                    if _own_ms(rec) > limit:
                         slow[rec.step] = step = baseline.slow(rec, factor, chunk[:k])
                         totals.add_spike(rec)
                         self.spike_steps.add(rec.step)
@@ -260,7 +273,7 @@ class _Rank:
         if totals is None:
             totals = self.spikes[start] = SpikeTotals()
         slow = None
-        if self.baseline.is_spike(rec.step_ms, thresholds.spike_factor):
+        if self.baseline.is_spike(_own_ms(rec), thresholds.spike_factor):
             slow = self.baseline.slow(rec, thresholds.spike_factor)
             totals.add_spike(rec)
             self.spike_steps.add(rec.step)
@@ -367,6 +380,13 @@ class _Rank:
             )
         self.live = (self.version, window, built)
         return built
+
+
+def _own_ms(rec: StepRecord) -> float:
+    """The step's time less its overlap with TraceML's own work: what spikes are judged on, so
+    that the tx thread's fold is never diagnosed as the loop's spike (the record keeps step_ms
+    whole; the summary counts the overlap apart, as TraceML's)."""
+    return rec.step_ms if rec.held_ms is None else rec.step_ms - rec.held_ms
 
 
 def _above(values: Sequence[float], limit: float) -> bool:
@@ -600,6 +620,12 @@ class RunStore:
         with self._lock:
             windows = [d.live_window(r, size) for r, d in sorted(self._ranks.items())]
             return self._view(windows, "live")
+
+    def held_totals(self) -> tuple[int, float]:
+        """(steps, ms) of every rank's steps that overlapped TraceML's own background work."""
+        with self._lock:
+            ranks = self._ranks.values()
+            return sum(d.held_steps for d in ranks), sum(d.held_ms for d in ranks)
 
     def comm_totals(self, kind: ViewKind = "summary") -> dict[int, CommTotals]:
         """DDP all-reduce wait per rank, over the summary window or the live window."""

@@ -208,9 +208,12 @@ def _system(store: RunStore) -> dict[str, Any]:
     peaks: dict[str, float | None] = dict.fromkeys(SYSTEM_PEAKS)
     for t in totals:
         peaks = {name: max_opt(peaks[name], t.peak(name)) for name in SYSTEM_PEAKS}
+    held_steps, held_ms = store.held_totals()
     return {
         "cpu_pct_avg": means["process_cpu_pct"],
         "traceml_cpu_pct_avg": means["traceml_cpu_pct"],
+        "traceml_held_steps": held_steps,
+        "traceml_held_ms": _num(held_ms, 1),
         "host_cpu_pct_avg": means["host_cpu_pct"],
         "gpu_util_pct_avg": means["gpu_util_pct"],
         "gpu_power_w_avg": means["gpu_power_w"],

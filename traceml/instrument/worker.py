@@ -16,8 +16,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from traceml.instrument.busy import BusySpans
 from traceml.instrument.cuda import CudaMarker
-from traceml.instrument.resolve import host_records, to_record
+from traceml.instrument.resolve import NS_PER_MS, host_records, to_record
 from traceml.instrument.timer import RawStep
 from traceml.probe import warn_once
 from traceml.records import RankEnd, RankInfo, StepRecord, SystemSample
@@ -107,6 +108,10 @@ class TxWorker(threading.Thread):
         self._primary: str | None = None
         """Kind of the current primary finding, refreshed every PRIMARY_EVERY_S."""
         self._primary_at = -PRIMARY_EVERY_S
+        self.busy = BusySpans()
+        """When this thread ran Python; steps overlapping it carry the overlap (held_ms)."""
+        self._busy_from = -1
+        """perf_counter_ns at which the current busy span began; -1 while waiting."""
 
     def stop(self, end: RankEnd, timeout: float) -> bool:
         """Ask for the final drain, summary and close; True if it finished within `timeout`."""
@@ -120,6 +125,7 @@ class TxWorker(threading.Thread):
             self._open_sink()
             next_sys = next_progress = time.monotonic()
             while not self._stop_evt.wait(self._tick_s()):
+                self._busy_from = time.perf_counter_ns()
                 now = time.monotonic()
                 self._tick(final=False)
                 if now >= next_sys:
@@ -128,6 +134,7 @@ class TxWorker(threading.Thread):
                 if self.p.progress is not None and now >= next_progress:
                     next_progress = now + PROGRESS_EVERY_S
                     self._print_progress()
+                self._busy_end()
             self._finish()
         except Exception as e:  # noqa: BLE001 - the tx thread steps aside, training goes on
             warn_once("tx thread", f"background thread stopped ({type(e).__name__}: {e})")
@@ -161,7 +168,9 @@ class TxWorker(threading.Thread):
             records = self._take(batch, final)
             for lo in range(0, len(records), SLICE_RECORDS):
                 if folded and not final:
+                    self._busy_end()
                     time.sleep(YIELD_S)
+                    self._busy_from = time.perf_counter_ns()
                 self._fold(records[lo : lo + SLICE_RECORDS])
                 folded = True
             if left <= 0:
@@ -176,6 +185,18 @@ class TxWorker(threading.Thread):
                 primary=self._primary,
                 phase=phase,
             )
+
+    def _busy_end(self) -> None:
+        if self._busy_from >= 0:
+            self.busy.add(self._busy_from, time.perf_counter_ns())
+            self._busy_from = -1
+
+    def _held(self, raws: list[RawStep], records: list[StepRecord]) -> list[StepRecord]:
+        """`records` of `raws` (one each, same order), with the overlap of this thread's busy
+        spans on the few steps that had one."""
+        for i, ns in self.busy.overlaps(raws).items():
+            records[i] = dataclasses.replace(records[i], held_ms=ns / NS_PER_MS)
+        return records
 
     def _fold(self, records: list[StepRecord]) -> None:
         """One slice of records into the store and the sinks."""
@@ -199,13 +220,15 @@ class TxWorker(threading.Thread):
                 self._next_step = item.step + 1
         if not self._pending and all(item.marks is None for item in batch):
             info = self.p.info
-            return host_records(batch, info.rank, self.p.wall_offset_ns, self.p.page_mb)
+            records = host_records(batch, info.rank, self.p.wall_offset_ns, self.p.page_mb)
+            return self._held(batch, records)
         now = time.monotonic()
         self._pending.extend((item, now) for item in batch)
         return self._resolve(final)
 
     def _resolve(self, final: bool) -> list[StepRecord]:
         out: list[StepRecord] = []
+        raws: list[RawStep] = []
         now = time.monotonic()
         while self._pending:
             raw, since = self._pending[0]
@@ -215,8 +238,9 @@ class TxWorker(threading.Thread):
                 if phases is None and not final and now - since < CUDA_GIVE_UP_S:
                     break
             self._pending.popleft()
+            raws.append(raw)
             out.append(self._record(raw, phases))
-        return out
+        return self._held(raws, out)
 
     def _record(self, raw: RawStep, phases: list[float] | None) -> StepRecord:
         return to_record(raw, self.p.info.rank, self.p.wall_offset_ns, self.p.page_mb, phases)

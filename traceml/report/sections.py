@@ -147,6 +147,8 @@ def ranks(rows: Sequence[Mapping[str, Any]], limit: int | None = None) -> str:
 SYSTEM_ROWS = (
     ("process CPU avg", "cpu_pct_avg", "%"),
     ("TraceML's thread CPU avg", "traceml_cpu_pct_avg", "%"),
+    ("steps TraceML's thread overlapped", "traceml_held_steps", ""),
+    ("their overlap, in all", "traceml_held_ms", "ms"),
     ("host CPU avg", "host_cpu_pct_avg", "%"),
     ("GPU util avg", "gpu_util_pct_avg", "%"),
     ("GPU power avg", "gpu_power_w_avg", "W"),
@@ -160,7 +162,7 @@ def system(sysinfo: Mapping[str, Any]) -> str:
     rows = []
     for label, key, unit in SYSTEM_ROWS:
         value = sysinfo.get(key)
-        rows.append([label, NA if value is None else esc(f"{fmt_num(value)} {unit}")])
+        rows.append([label, NA if value is None else esc(f"{fmt_num(value)} {unit}".rstrip())])
     return table(["", "value"], rows, align=("l",))
 
 

@@ -178,7 +178,7 @@ def step_from_wire(w: Any, finite: bool = False) -> StepRecord:
     if (
         finite
         and type(w) is tuple
-        and 11 <= len(w) <= 12
+        and 11 <= len(w) <= 13
         and w[0] == WIRE_VERSION
         and type(w[1]) is int
         and type(w[2]) is int
@@ -190,8 +190,9 @@ def step_from_wire(w: Any, finite: bool = False) -> StepRecord:
         and _NUMBER.issuperset(map(type, w[5]))
         and _NUMBER.issuperset(map(type, w[7:]))
     ):
-        comm = w[11] if len(w) == 12 else None
-        return StepRecord(w[1], w[2], w[3], w[4], w[5], w[6], w[7], w[8], w[9], w[10], comm)
+        comm = w[11] if len(w) > 11 else None
+        held = w[12] if len(w) > 12 else None
+        return StepRecord(w[1], w[2], w[3], w[4], w[5], w[6], w[7], w[8], w[9], w[10], comm, held)
     return StepRecord.from_wire(w)
 
 

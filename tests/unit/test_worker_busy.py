@@ -1,0 +1,80 @@
+"""The tx thread's own work, seen from the steps it slows: a real tx thread holding the GIL in
+Python while a real training thread runs steps. Those steps carry the overlap (held_ms) and are
+not called spikes for it, though they are several times slower than their neighbours."""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections import deque
+from typing import Any
+
+from traceml.analysis.store import RunStore
+from traceml.config import DEFAULT_THRESHOLDS
+from traceml.instrument.timer import StepTimer
+from traceml.instrument.worker import TxWorker, WorkerParts
+from traceml.records import RankEnd, RankInfo, StepRecord, SystemSample
+
+SPIN_S = 0.04
+"""Python work per tick on the tx thread: far longer than the interpreter's switch interval
+(5 ms), so the training thread waits for the GIL several times in each."""
+
+
+class SpinningSink:
+    """A sink whose service runs pure Python for SPIN_S each tick: a slow fold, as a fast loop
+    on a loaded host makes it."""
+
+    def open(self) -> None:
+        pass
+
+    def send_steps(self, records: list[StepRecord]) -> None:
+        pass
+
+    def send_system(self, sample: SystemSample) -> None:
+        pass
+
+    def service(self, now: float, **_: Any) -> None:
+        end = time.perf_counter() + SPIN_S
+        while time.perf_counter() < end:
+            pass
+
+    def close(self, end: RankEnd, summary_path: Any) -> None:
+        pass
+
+
+def _python_step() -> int:
+    return sum(range(400))  # ~10 µs of interpreter work: it needs the GIL throughout
+
+
+def test_steps_slowed_by_the_tx_thread_carry_the_overlap_and_are_no_spikes() -> None:
+    info = RankInfo(run_id="busy-1", rank=0)
+    store = RunStore(history_steps=1_000_000)
+    store.add_info(info)
+    raw: deque[Any] = deque(maxlen=1_000_000)
+    timer = StepTimer(raw)
+    parts = WorkerParts(
+        info=info, raw=raw, store=store, page_mb=0.004, wall_offset_ns=0, sinks=[SpinningSink()]
+    )
+    worker = TxWorker(parts)
+    worker.start()
+    end = time.perf_counter() + 1.2
+    while time.perf_counter() < end:
+        timer.enter()
+        _python_step()
+        timer.exit()
+    assert worker.stop(RankEnd(0, "ok", timer.step, time.time()), timeout=10.0)
+
+    records = store.recent(0, 1_000_000)
+    assert len(records) == timer.step
+    typical = statistics.median(r.step_ms for r in records)
+    factor = DEFAULT_THRESHOLDS.spike_factor
+    held = [r for r in records if r.held_ms is not None]
+    assert held, "the tx thread's spins overlapped no step"
+    assert all(0 < r.held_ms <= r.step_ms + 1e-6 for r in held)  # type: ignore[operator]
+    slowed = [r for r in held if r.step_ms > 2 * factor * typical]
+    assert slowed, "no step waited for the GIL: the test did not exercise what it is about"
+    own_typical = {r.step for r in held if r.step_ms - r.held_ms <= factor * typical}  # type: ignore[operator]
+    spikes = store.summary_view().ranks[0].spikes
+    listed = {s.step for s in spikes.listed} if spikes is not None else set()
+    assert not listed & own_typical
+    assert store.held_totals()[0] == len(held)
