@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 from traceml.errors import SchemaError
 
@@ -72,9 +72,14 @@ def _fields(wire: Any, name: str, n: int) -> Sequence[Any]:
     return wire
 
 
-@dataclass(frozen=True, slots=True)
-class StepRecord:
-    """One training step of one rank: wall time split into phases, plus memory at its end."""
+class StepRecord(NamedTuple):
+    """One training step of one rank: wall time split into phases, plus memory at its end.
+
+    A NamedTuple, not a frozen dataclass like the other records: a rank builds one per step on
+    its tx thread and a viewer decodes thousands a second, and a tuple is built at C speed
+    (0.2 µs against 1.5 µs for the dataclass's generated __init__, 4-5x that inside a training
+    loop). Change a field with `rec._replace(...)`.
+    """
 
     rank: int
     """Global rank of the process that ran the step."""
@@ -110,24 +115,11 @@ class StepRecord:
         return self.phases[PHASES.index(name)]
 
     def to_wire(self) -> list[Any]:
-        wire = [
-            WIRE_VERSION,
-            self.rank,
-            self.step,
-            self.wall_start,
-            self.step_ms,
-            list(self.phases),
-            self.clock,
-            self.host_rss_mb,
-            self.device_allocated_mb,
-            self.device_reserved_mb,
-            self.device_peak_mb,
-        ]
-        if self.comm_wait_ms is not None or self.held_ms is not None:
-            wire.append(self.comm_wait_ms)
+        """[WIRE_VERSION, *fields], the optional trailing ones left out while None (phases stay
+        a tuple: msgpack writes it as the same array as a list)."""
         if self.held_ms is not None:
-            wire.append(self.held_ms)
-        return wire
+            return [WIRE_VERSION, *self]
+        return [WIRE_VERSION, *self[: 11 if self.comm_wait_ms is not None else 10]]
 
     @classmethod
     def from_wire(cls, wire: Any) -> StepRecord:

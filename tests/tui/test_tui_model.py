@@ -235,7 +235,7 @@ def test_ddp_wait_is_shown_under_backward_only_when_measured() -> None:
     rank = store.ranks()[0]
     info = store.info(rank)
     assert info is not None
-    waited = [replace(r, comm_wait_ms=(r.phases[3] or 0.0) / 2) for r in store.recent(rank, 200)]
+    waited = [r._replace(comm_wait_ms=(r.phases[3] or 0.0) / 2) for r in store.recent(rank, 200)]
     store = RunStore()
     store.add_info(info)
     store.add_steps(waited)

@@ -92,7 +92,7 @@ def test_steps_decode_through_the_fast_path_like_from_wire() -> None:
 
 
 def test_a_measured_comm_wait_travels_as_a_twelfth_field() -> None:
-    waited = dataclasses.replace(STEP, comm_wait_ms=1.5)
+    waited = STEP._replace(comm_wait_ms=1.5)
     assert len(waited.to_wire()) == len(STEP.to_wire()) + 1
     assert decode_steps(pack_array([pack(waited.to_wire()), pack(STEP.to_wire())])) == (
         waited,
@@ -103,8 +103,8 @@ def test_a_measured_comm_wait_travels_as_a_twelfth_field() -> None:
 
 
 def test_a_step_held_by_tracemls_thread_carries_the_overlap_as_a_thirteenth_field() -> None:
-    held = dataclasses.replace(STEP, held_ms=4.25)
-    both = dataclasses.replace(STEP, comm_wait_ms=1.5, held_ms=4.25)
+    held = STEP._replace(held_ms=4.25)
+    both = STEP._replace(comm_wait_ms=1.5, held_ms=4.25)
     assert len(held.to_wire()) == len(STEP.to_wire()) + 2  # comm wait stays in its place
     assert held.to_wire()[11] is None
     body = pack_array([pack(held.to_wire()), pack(both.to_wire()), pack(STEP.to_wire())])

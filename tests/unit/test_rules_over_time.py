@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
-
 import pytest
 
 from traceml.analysis.diagnose import diagnose
@@ -76,7 +74,7 @@ def _finding(kind: str, severity: str, section: str, **evidence: object) -> Find
 
 def test_memory_that_will_end_the_run_outranks_a_critical_bottleneck() -> None:
     rows = [rec(i, dataloader=9.0) for i in range(400)]
-    grow = [dataclasses.replace(r, host_rss_mb=100.0 + 2.0 * r.step) for r in rows]
+    grow = [r._replace(host_rss_mb=100.0 + 2.0 * r.step) for r in rows]
     diag = diagnose(store_of(grow).summary_view())
     assert diag.step.kind == "INPUT_BOUND" and diag.step.severity == "critical"
     assert diag.primary.kind == "GROWING"

@@ -16,6 +16,8 @@ from traceml.instrument.timer import BACKWARD, N_PHASES, RawStep
 from traceml.records import StepRecord
 
 NS_PER_MS = 1_000_000.0
+_new_record = tuple.__new__
+"""Builds a StepRecord from all its fields without the NamedTuple's Python-level __new__."""
 
 
 def segment_ms(
@@ -85,7 +87,7 @@ def host_records(
     raws: Sequence[RawStep], rank: int, wall_offset_ns: int, page_mb: float
 ) -> list[StepRecord]:
     """`to_record` of each host-clock RawStep (no CUDA marks): one loop for a tick's batch,
-    without a Python call per step besides the record's own constructor."""
+    without a Python call per step."""
     out: list[StepRecord] = []
     append = out.append
     for step, start_ns, end_ns, phase_ns, seen, rss, _marks, dev, comm_ns in raws:
@@ -96,19 +98,19 @@ def host_records(
         comm_ms = None
         if comm_ns >= 0:
             comm_ms = min(comm_ns / NS_PER_MS, phase_ns[BACKWARD] / NS_PER_MS)
-        append(
-            StepRecord(
-                rank,
-                step,
-                (start_ns + wall_offset_ns) / 1e9,
-                (end_ns - start_ns) / NS_PER_MS,
-                tuple(values),
-                "host",
-                rss * page_mb if rss >= 0 else None,
-                alloc,
-                reserved,
-                peak,
-                comm_ms,
-            )
+        record = (
+            rank,
+            step,
+            (start_ns + wall_offset_ns) / 1e9,
+            (end_ns - start_ns) / NS_PER_MS,
+            tuple(values),
+            "host",
+            rss * page_mb if rss >= 0 else None,
+            alloc,
+            reserved,
+            peak,
+            comm_ms,
+            None,  # held_ms: the caller adds it to the few steps that have one
         )
+        append(_new_record(StepRecord, record))
     return out

@@ -195,7 +195,7 @@ class TxWorker(threading.Thread):
         """`records` of `raws` (one each, same order), with the overlap of this thread's busy
         spans on the few steps that had one."""
         for i, ns in self.busy.overlaps(raws).items():
-            records[i] = dataclasses.replace(records[i], held_ms=ns / NS_PER_MS)
+            records[i] = records[i]._replace(held_ms=ns / NS_PER_MS)
         return records
 
     def _fold(self, records: list[StepRecord]) -> None:

@@ -155,6 +155,9 @@ def _typed(value: Any, kind: type | tuple[type, ...]) -> Any:
 
 _NUMBER = frozenset((float, int, type(None)))
 _CLOCKS = frozenset(("host", "cuda"))
+_MISSING = ((None, None), (None,))
+"""The optional trailing fields (comm wait, held) a wire record of 11 or 12 fields leaves out."""
+_new_record = tuple.__new__
 _NON_FINITE_64 = re.compile(rb"\xcb[\x7f\xff][\xf0-\xff]")
 _NON_FINITE_32 = re.compile(rb"\xca[\x7f\xff][\x80-\xff]")
 """msgpack float64/float32 whose exponent bits are all ones: NaN or infinity (or, rarely, the
@@ -190,9 +193,8 @@ def step_from_wire(w: Any, finite: bool = False) -> StepRecord:
         and _NUMBER.issuperset(map(type, w[5]))
         and _NUMBER.issuperset(map(type, w[7:]))
     ):
-        comm = w[11] if len(w) > 11 else None
-        held = w[12] if len(w) > 12 else None
-        return StepRecord(w[1], w[2], w[3], w[4], w[5], w[6], w[7], w[8], w[9], w[10], comm, held)
+        fields = w[1:] if len(w) == 13 else w[1:] + _MISSING[len(w) - 11]
+        return _new_record(StepRecord, fields)
     return StepRecord.from_wire(w)
 
 
