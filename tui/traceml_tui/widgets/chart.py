@@ -40,7 +40,10 @@ class Chart(PlotextPlot, Generic[D]):
         self._pending: Timer | None = None
 
     def show(self, data: D | None, *, now: bool = False) -> None:
-        """Take new data: drawn at once when `now` or REDRAW_S passed, else when it has."""
+        """Take new data: drawn at once when `now` or REDRAW_S passed, else when it has. Data
+        equal to what the chart holds changes nothing (an idle run's snapshots, every second)."""
+        if data == self.data and not now:
+            return
         self.data = data
         self._version += 1
         wait = self._built_at + REDRAW_S - time.monotonic()

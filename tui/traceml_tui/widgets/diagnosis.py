@@ -6,7 +6,7 @@ Renders only from its `snapshot` reactive; the findings were computed by the fee
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from textual.content import Content
 from textual.reactive import reactive
@@ -14,6 +14,7 @@ from textual.widget import Widget
 
 from traceml.analysis.diagnose import QUIET_KINDS
 from traceml_tui.snapshot import Snapshot, no_steps_text, stall_text
+from traceml_tui.widgets.redraw import Redraw
 
 if TYPE_CHECKING:
     from traceml.records import Finding
@@ -76,12 +77,17 @@ class DiagnosisPanel(Widget, can_focus=True):
 
     BORDER_TITLE = "Diagnosis"
 
-    snapshot: reactive[Snapshot | None] = reactive(None, always_update=True, layout=True)
+    snapshot: reactive[Snapshot | None] = reactive(None, always_update=True, repaint=False)
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._redraw = Redraw(self)
 
     def watch_snapshot(self, snap: Snapshot | None) -> None:
         severity = snap.diagnosis.primary.severity if snap and snap.diagnosis else None
         for name in SEVERITY_STYLE:
             self.set_class(name == severity, f"-{name}")
+        self._redraw.show(self.render())
 
     def render(self) -> Content:
         return diagnosis_content(self.snapshot)

@@ -6,12 +6,15 @@ reads the feed, the store or another widget.
 
 from __future__ import annotations
 
+from typing import Any
+
 from textual.content import Content
 from textual.reactive import reactive
 from textual.widget import Widget
 
 from traceml_tui.format import clock
 from traceml_tui.snapshot import RunState, Snapshot, is_over, run_state
+from traceml_tui.widgets.redraw import Redraw
 
 STATE_STYLE = {
     "-live": "bold $success",
@@ -67,7 +70,7 @@ def header_content(
 class RunHeader(Widget):
     """Who the run is and whether it is alive, in one or two lines."""
 
-    snapshot: reactive[Snapshot | None] = reactive(None, always_update=True, layout=True)
+    snapshot: reactive[Snapshot | None] = reactive(None, always_update=True, repaint=False)
     note: reactive[str] = reactive("", layout=True)
     """A word the screen adds, e.g. "paused"; "" for none."""
     failure: reactive[str] = reactive("", layout=True)
@@ -79,8 +82,13 @@ class RunHeader(Widget):
         snap = self.snapshot
         return run_state(snap, snap.taken_at if snap else 0.0)
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._redraw = Redraw(self)
+
     def watch_snapshot(self) -> None:
         self._set_state_class()
+        self._redraw.show(self.render())
 
     def watch_failure(self) -> None:
         self._set_state_class()

@@ -14,13 +14,13 @@ from typing import TYPE_CHECKING, Any
 
 from textual.app import ComposeResult
 from textual.containers import Vertical
-from textual.widgets import Static
 
 from traceml.analysis.view import RankWindow, Series
 from traceml_tui.chart_data import SCOPE_WORDS, ChartData, ChartScope, chart_data, memory_range
 from traceml_tui.format import mb
 from traceml_tui.snapshot import Snapshot, no_steps_text
 from traceml_tui.widgets.chart import Chart
+from traceml_tui.widgets.redraw import StaticText
 
 if TYPE_CHECKING:
     from textual_plotext.plot import Plot
@@ -84,8 +84,8 @@ class MemoryPanel(Vertical, can_focus=True):
 
     def __init__(self) -> None:
         super().__init__()
-        self.note = Static("Waiting for the run…", classes="note")
-        self.labels = {css: Static("", classes=f"label {css}") for css in ("device", "host")}
+        self.note = StaticText("Waiting for the run…", classes="note")
+        self.labels = {css: StaticText("", classes=f"label {css}") for css in ("device", "host")}
         self.chart = MemoryChart(classes="chart")
         self.scope: ChartScope = "recent"
 
@@ -101,7 +101,7 @@ class MemoryPanel(Vertical, can_focus=True):
         self.border_title = "Memory" if rank is None else f"Memory · rank {rank}"
         window = snap.rank(rank) if rank is not None else None
         note = self._note(snap, window)
-        self.note.update(note)
+        self.note.show(note)
         self.note.display = bool(note)
         self.set_class(window is None or window.steps == 0, "-waiting")
         self._label("device", "device", window, window.device_allocated if window else ())
@@ -126,7 +126,7 @@ class MemoryPanel(Vertical, can_focus=True):
         label.display = bool(series) and window is not None
         if series and window is not None:
             peak = window.device_peak_allocated_mb if css == "device" else window.host_rss_peak_mb
-            label.update(series_label(name, series, peak))
+            label.show(series_label(name, series, peak))
 
 
 def data_scope(data: ChartData | None) -> str:

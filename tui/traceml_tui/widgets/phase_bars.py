@@ -7,6 +7,7 @@ never a zero bar.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from textual.content import Content
 from textual.reactive import reactive
@@ -15,6 +16,7 @@ from textual.widget import Widget
 from traceml.records import PHASES
 from traceml_tui.format import ms, opt_pct
 from traceml_tui.snapshot import Snapshot, no_steps_text
+from traceml_tui.widgets.redraw import Redraw
 
 PHASE_STYLE = {
     "dataloader": "$warning",
@@ -99,11 +101,16 @@ class PhaseBars(Widget, can_focus=True):
 
     BORDER_TITLE = "Step time"
 
-    snapshot: reactive[Snapshot | None] = reactive(None, always_update=True, layout=True)
+    snapshot: reactive[Snapshot | None] = reactive(None, always_update=True, repaint=False)
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._redraw = Redraw(self)
 
     def watch_snapshot(self, snap: Snapshot | None) -> None:
         self.set_class(no_steps_text(snap) is not None, "-waiting")
         self.border_subtitle = scope(snap)
+        self._redraw.show(self.render())
 
     def render(self) -> Content:
         return phase_content(self.snapshot, self.content_size.width)

@@ -15,13 +15,14 @@ from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.message import Message
-from textual.widgets import DataTable, Static
+from textual.widgets import DataTable
 
 from traceml.analysis.view import RankWindow
 from traceml.records import PHASES
 from traceml_tui.format import ms, opt_pct, signed_pct
 from traceml_tui.snapshot import Snapshot, worst_first
 from traceml_tui.widgets.cached_table import CachedDataTable
+from traceml_tui.widgets.redraw import StaticText
 
 PHASE_HEADS = {
     "dataloader": "data",
@@ -75,7 +76,7 @@ class RankTable(Vertical):
         super().__init__()
         self._cells: dict[int, Cells] = {}
         self._order: list[int] = []
-        self.note = Static("Waiting for the run…", classes="note")
+        self.note = StaticText("Waiting for the run…", classes="note")
         self.table: CachedDataTable = CachedDataTable(cursor_type="row", zebra_stripes=True)
 
     def compose(self) -> ComposeResult:
@@ -99,7 +100,7 @@ class RankTable(Vertical):
         """Show `snap`'s ranks: add new rows, update changed cells, drop gone ranks, re-sort."""
         self._add_columns()
         ranks = snap.view.ranks
-        self.note.update("Waiting for the first rank…")
+        self.note.show("Waiting for the first rank…")
         self.note.display = not ranks
         self.set_class(not ranks, "-waiting")
         for rank in ranks:

@@ -12,7 +12,6 @@ from typing import TYPE_CHECKING
 from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.content import Content
-from textual.widgets import Static
 
 from traceml_tui.chart_data import SCOPE_WORDS, ChartData, ChartScope, chart_data
 from traceml_tui.format import ms
@@ -20,6 +19,7 @@ from traceml_tui.snapshot import Snapshot, no_steps_text
 from traceml_tui.widgets.chart import Chart
 from traceml_tui.widgets.phase_bars import PHASE_STYLE
 from traceml_tui.widgets.rank_table import PHASE_HEADS
+from traceml_tui.widgets.redraw import StaticText
 
 if TYPE_CHECKING:
     from textual_plotext.plot import Plot
@@ -62,9 +62,9 @@ class StepChartPanel(Vertical, can_focus=True):
 
     def __init__(self) -> None:
         super().__init__()
-        self.note = Static("Waiting for the run…", classes="note")
+        self.note = StaticText("Waiting for the run…", classes="note")
         self.chart = StepChart(classes="chart")
-        self.caption = Static("", classes="caption")
+        self.caption = StaticText("", classes="caption")
         self.scope: ChartScope = "recent"
 
     def compose(self) -> ComposeResult:
@@ -86,12 +86,12 @@ class StepChartPanel(Vertical, can_focus=True):
         other = SCOPE_WORDS["run" if scope == "recent" else "recent"]
         self.border_subtitle = f"{data.describe() if data else ''} · t: {other}".lstrip(" ·")
         note = no_steps_text(snap) or ("" if data else self._missing(snap, scope))
-        self.note.update(note)
+        self.note.show(note)
         self.note.display = bool(note)
         self.chart.display = self.caption.display = data is not None
         self.set_class(data is None, "-waiting")
         if data is not None:
-            self.caption.update(legend(data))
+            self.caption.show(legend(data))
         self.chart.show(data, now=changed)
 
     @staticmethod

@@ -16,6 +16,7 @@ from traceml.analysis.render import own_cpu_note
 from traceml.records import SystemSample
 from traceml_tui.format import mb, value
 from traceml_tui.snapshot import Snapshot, is_over
+from traceml_tui.widgets.redraw import Redraw
 
 STALE_SAMPLE_S = 5.0
 """A sample older than this (the sampler runs at 1 Hz) is marked stale."""
@@ -71,6 +72,7 @@ class SystemPanel(Widget, can_focus=True):
     def __init__(self) -> None:
         super().__init__()
         self._lines: list[str] = ["Waiting for the run…"]
+        self._redraw = Redraw(self)
 
     def show(self, snap: Snapshot, rank: int | None) -> None:
         """Draw `rank`'s latest sample from `snap` (rank None: the run has no ranks yet)."""
@@ -83,7 +85,7 @@ class SystemPanel(Widget, can_focus=True):
         self.set_class(sample is None and snap.summary is None, "-waiting")
         self.set_class(stale, "-stale")
         self._lines = self._text(snap, sample, age if stale else None)
-        self.refresh(layout=True)
+        self._redraw.show(self.render())
 
     def _text(
         self, snap: Snapshot, sample: SystemSample | None, stale_s: float | None

@@ -1,0 +1,77 @@
+"""The live view redraws only what changed: an idle run's snapshots (one a second, to move ages)
+neither lay the screen out again nor rebuild a chart; a panel is laid out only when its height
+changes. Laying out re-measures and repaints every widget (20-40 ms of the UI thread)."""
+
+from __future__ import annotations
+
+from functools import partial
+from typing import Any
+
+import pytest
+from textual.content import Content
+
+from tests.tui.fixtures import CannedRun, CannedSource, fill, until
+from traceml_tui.app import TraceMLApp
+from traceml_tui.feed import IDLE_S
+from traceml_tui.widgets.redraw import need, shown
+
+SIZE = (120, 40)
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "heights", "expected"),
+    [
+        ("a\nb", "a\nb", (2, 2), "nothing"),
+        ("a\nb", "a\nc", (2, 2), "repaint"),
+        ("a\nb", "a\nb\nc", (2, 3), "layout"),
+        ("a long line", "a longer line", (1, 2), "layout"),  # it wraps now
+        (None, "a", (-1, 1), "layout"),  # never shown: the first layout
+        ("a", "b", (1, -1), "layout"),  # no width yet: nothing is measured
+    ],
+)
+def test_what_a_new_content_takes(
+    old: str | None, new: str, heights: tuple[int, int], expected: str
+) -> None:
+    before = None if old is None else shown(old)
+    assert need(before, shown(new), *heights) == expected
+
+
+def test_a_change_of_style_alone_is_a_change() -> None:
+    bold, plain = Content.styled("ok", "bold"), Content("ok")
+    assert bold == plain  # Content's own == compares text only
+    assert need(shown(bold), shown(plain), 1, 1) == "repaint"
+
+
+async def test_an_idle_run_is_neither_laid_out_again_nor_its_charts_rebuilt(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    source = CannedSource()
+    app = TraceMLApp(None, source=source)
+    async with app.run_test(size=SIZE) as pilot:
+        source.push(partial(fill, run=CannedRun(steps=120)))
+        await until(
+            pilot,
+            lambda: (
+                app.main.shown is not None
+                and app.main.shown.view.total_steps == 120
+                and app.main.chart.chart.current
+                and app.main.memory.chart.current
+            ),
+        )
+        await pilot.pause(0.3)
+        layouts: list[str] = []
+        for widget in app.main.query("*"):
+            original = widget.refresh
+
+            def spy(*regions: Any, _w: Any = widget, _o: Any = original, **kw: Any) -> Any:
+                if kw.get("layout"):
+                    layouts.append(type(_w).__name__)
+                return _o(*regions, **kw)
+
+            monkeypatch.setattr(widget, "refresh", spy)
+        builds = (app.main.chart.chart.builds, app.main.memory.chart.builds)
+        last = app.main.shown
+        await pilot.pause(IDLE_S * 2.5)
+        assert app.main.shown is not last, "idle snapshots still came (ages move)"
+        assert layouts == []
+        assert (app.main.chart.chart.builds, app.main.memory.chart.builds) == builds
