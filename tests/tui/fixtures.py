@@ -196,3 +196,15 @@ async def until(pilot: Pilot[Any], check: Callable[[], bool], timeout: float = 5
 def screen_of(app: App[Any]) -> Screen[Any]:
     """The app's current screen; a call, so an isinstance check on it narrows nothing after."""
     return app.screen
+
+
+def charts_drawn(app: Any, steps: int) -> bool:
+    """The main screen shows `steps` steps and both charts' pictures are built from that data
+    (on a loaded host the view can be ahead of the charts' last build)."""
+    main = app.main
+    return (
+        main.shown is not None
+        and main.shown.view.total_steps == steps
+        and main.chart.chart.current
+        and main.memory.chart.current
+    )

@@ -6,7 +6,7 @@ from functools import partial
 
 import pytest
 
-from tests.tui.fixtures import CannedRun, CannedSource, fill, snapshot_of, until
+from tests.tui.fixtures import CannedRun, CannedSource, charts_drawn, fill, snapshot_of, until
 from traceml.records import PHASES
 from traceml_tui.app import TraceMLApp
 from traceml_tui.chart_data import (
@@ -92,14 +92,7 @@ async def test_a_chart_is_not_built_again_without_new_data() -> None:
     async with app.run_test(size=SIZE) as pilot:
         for n in range(20, 200, 20):
             source.push(partial(fill, run=CannedRun(steps=n), first=n - 20))
-        await until(
-            pilot,
-            lambda: (
-                app.main.shown is not None
-                and app.main.shown.view.total_steps == 180
-                and app.main.chart.chart.current
-            ),  # the last data's picture is built (loaded hosts lag)
-        )
+        await until(pilot, lambda: charts_drawn(app, 180))
         builds = app.main.chart.chart.builds
         await pilot.pause(REDRAW_S + 0.3)
         assert app.main.chart.chart.builds <= builds + 1, "no build without new data"

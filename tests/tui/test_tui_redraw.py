@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from textual.content import Content
 
-from tests.tui.fixtures import CannedRun, CannedSource, fill, until
+from tests.tui.fixtures import CannedRun, CannedSource, charts_drawn, fill, until
 from traceml_tui.app import TraceMLApp
 from traceml_tui.feed import IDLE_S
 from traceml_tui.widgets.redraw import need, shown
@@ -49,15 +49,7 @@ async def test_an_idle_run_is_neither_laid_out_again_nor_its_charts_rebuilt(
     app = TraceMLApp(None, source=source)
     async with app.run_test(size=SIZE) as pilot:
         source.push(partial(fill, run=CannedRun(steps=120)))
-        await until(
-            pilot,
-            lambda: (
-                app.main.shown is not None
-                and app.main.shown.view.total_steps == 120
-                and app.main.chart.chart.current
-                and app.main.memory.chart.current
-            ),
-        )
+        await until(pilot, lambda: charts_drawn(app, 120))
         await pilot.pause(0.3)
         layouts: list[str] = []
         for widget in app.main.query("*"):

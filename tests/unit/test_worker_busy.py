@@ -9,37 +9,26 @@ import time
 from collections import deque
 from typing import Any
 
+from tests.unit._sinks import NullSink
 from traceml.analysis.store import RunStore
 from traceml.config import DEFAULT_THRESHOLDS
 from traceml.instrument.timer import StepTimer
 from traceml.instrument.worker import TxWorker, WorkerParts
-from traceml.records import RankEnd, RankInfo, StepRecord, SystemSample
+from traceml.records import RankEnd, RankInfo
 
 SPIN_S = 0.04
 """Python work per tick on the tx thread: far longer than the interpreter's switch interval
 (5 ms), so the training thread waits for the GIL several times in each."""
 
 
-class SpinningSink:
+class SpinningSink(NullSink):
     """A sink whose service runs pure Python for SPIN_S each tick: a slow fold, as a fast loop
     on a loaded host makes it."""
-
-    def open(self) -> None:
-        pass
-
-    def send_steps(self, records: list[StepRecord]) -> None:
-        pass
-
-    def send_system(self, sample: SystemSample) -> None:
-        pass
 
     def service(self, now: float, **_: Any) -> None:
         end = time.perf_counter() + SPIN_S
         while time.perf_counter() < end:
             pass
-
-    def close(self, end: RankEnd, summary_path: Any) -> None:
-        pass
 
 
 def _python_step() -> int:

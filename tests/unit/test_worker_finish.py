@@ -10,30 +10,17 @@ from typing import Any
 
 import pytest
 
+from tests.unit._sinks import NullSink
 from traceml.analysis.store import RunStore
 from traceml.instrument.worker import TxWorker, WorkerParts
-from traceml.records import RankEnd, RankInfo, StepRecord, SystemSample
+from traceml.records import RankEnd, RankInfo
 
 
-class ClosingSink:
+class ClosingSink(NullSink):
     """Remembers how it was closed."""
 
     def __init__(self) -> None:
         self.closed_with: tuple[RankEnd, Any] | None = None
-
-    def open(self) -> None:
-        pass
-
-    def send_steps(self, records: list[StepRecord]) -> None:
-        pass
-
-    def send_system(self, sample: SystemSample) -> None:
-        pass
-
-    def service(
-        self, now: float, *, last_step: int, dropped: int, primary: str | None, phase: str | None
-    ) -> None:
-        pass
 
     def close(self, end: RankEnd, summary_path: Any) -> None:
         self.closed_with = (end, summary_path)
