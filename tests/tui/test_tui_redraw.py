@@ -27,6 +27,7 @@ SIZE = (120, 40)
         ("a long line", "a longer line", (1, 2), "layout"),  # it wraps now
         (None, "a", (-1, 1), "layout"),  # never shown: the first layout
         ("a", "b", (1, -1), "layout"),  # no width yet: nothing is measured
+        ("a", "b", (-1, 1), "layout"),  # the old height was measured at another width
     ],
 )
 def test_what_a_new_content_takes(

@@ -76,15 +76,15 @@ class RunHeader(Widget):
     failure: reactive[str] = reactive("", layout=True)
     """Why the feed stopped (the run cannot be reached, or was lost); "" while it runs."""
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._redraw = Redraw(self)
+
     def _state(self) -> RunState:
         if self.failure:
             return RunState("lost", "not connected", "-dead")
         snap = self.snapshot
         return run_state(snap, snap.taken_at if snap else 0.0)
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self._redraw = Redraw(self)
 
     def watch_snapshot(self) -> None:
         self._set_state_class()

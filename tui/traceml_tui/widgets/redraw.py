@@ -4,8 +4,8 @@ Asking Textual for a layout pass re-measures and repaints every widget on the sc
 the UI thread on this 2-core host. The panels asked for one at every snapshot, changed or not,
 so an idle run's live view (a snapshot a second, nothing new in it) cost 6-7 % of a core. Each
 panel now says what it shows through `Redraw`: the same content again does nothing, changed
-content in the same number of lines that fit the width is a repaint of that widget alone, and
-only content whose height may change asks for a layout.
+content of the same height (measured as Textual measures it, at the same width) is a repaint of
+that widget alone, and only content whose height changes asks for a layout.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ def shown(content: str | Content) -> Shown:
 
 def need(old: Shown | None, new: Shown, old_height: int, new_height: int) -> Need:
     """What showing `new` (`new_height` lines at the widget's width; -1 when it has no width
-    yet) in place of `old` (`old_height` lines) takes."""
+    yet) in place of `old` (`old_height` lines at that width; -1 when unknown) takes."""
     if old == new:
         return "nothing"
     if old is None or new_height < 0 or new_height != old_height:
@@ -42,12 +42,18 @@ def need(old: Shown | None, new: Shown, old_height: int, new_height: int) -> Nee
 class Redraw:
     """Remembers what one widget shows, and refreshes it as little as a new content needs."""
 
-    __slots__ = ("_height", "_shown", "_widget")
+    __slots__ = ("_height", "_shown", "_widget", "_width")
 
     def __init__(self, widget: Widget) -> None:
         self._widget = widget
         self._shown: Shown | None = None
         self._height = -1
+        self._width = 0
+        """The width `_height` was measured at: a height from another width says nothing."""
+
+    def shows(self, content: str | Content) -> bool:
+        """True when `content` is what the widget shows already."""
+        return shown(content) == self._shown
 
     def decide(self, content: str | Content, visual: Visual | None = None) -> Need:
         """What showing `content` next takes (its height measured on `visual`, by default the
@@ -62,8 +68,9 @@ class Redraw:
         if width > 0 and isinstance(measure, Visual):
             # As Textual's own Widget.get_content_height measures it.
             height = measure.get_height(widget.styles, width)  # type: ignore[arg-type]
-        needed = need(self._shown, new, self._height, height)
-        self._shown, self._height = new, height
+        old_height = self._height if width == self._width else -1
+        needed = need(self._shown, new, old_height, height)
+        self._shown, self._height, self._width = new, height, width
         return needed
 
     def show(self, content: Content) -> Need:
@@ -83,7 +90,7 @@ class StaticText(Static):
         self._redraw = Redraw(self)
 
     def show(self, content: str | Content) -> None:
-        if shown(content) == self._redraw._shown:
+        if self._redraw.shows(content):
             return
         self.update(content, layout=False)  # a repaint; the new visual measures its height
         if self._redraw.decide(content, self.visual) == "layout":
