@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 from textual.coordinate import Coordinate
 from textual.widgets import DataTable, Static
@@ -161,6 +162,23 @@ async def test_a_finished_run_opens_from_its_summary() -> None:
         assert screen.query_one(MemoryPanel).chart.data is not None
         assert "avg" in text(screen.query_one(SystemPanel))
         assert screen.query_one(RankTable).table.get_cell("3", "state").plain == "finished"
+
+
+async def test_a_summary_says_how_many_steps_tracemls_own_work_overlapped() -> None:
+    summary = summary_of()
+    assert summary["system"]["traceml_held_steps"] == 0
+    summary["system"].update(traceml_held_steps=3, traceml_held_ms=24.8)
+    for shown, expected in ((summary_of(), False), (summary, True)):
+        said = "TraceML's background work overlapped 3 steps" in await system_text(shown)
+        assert said is expected
+
+
+async def system_text(summary: dict[str, Any]) -> str:
+    """The System panel's text when `summary` is opened."""
+    app = TraceMLApp(None, source=from_summary(summary))
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: main(app).shown is not None)
+        return text(main(app).query_one(SystemPanel))
 
 
 async def test_a_thousand_ranks_update_in_place() -> None:

@@ -195,17 +195,17 @@ def _system_line(system: Mapping[str, Any]) -> str:
     return "System  " + " · ".join(p.replace("n/a %", "n/a") for p in parts)
 
 
-def _held_lines(system: Mapping[str, Any], width: int) -> list[str]:
-    """How many steps TraceML's own background work overlapped, when any did: those steps'
-    extra time is TraceML's, so they are not called spikes (older summaries lack the field)."""
+def held_note(system: Mapping[str, Any]) -> str:
+    """How many steps TraceML's own background work overlapped, when any did (card and live
+    view): their extra time is TraceML's, so they are not called spikes. "" when none did, or
+    for a summary written before this was measured."""
     steps, held = system.get("traceml_held_steps"), system.get("traceml_held_ms")
     if not steps or held is None:
-        return []
-    text = (
+        return ""
+    return (
         f"TraceML's background work overlapped {steps} step{'s' if steps != 1 else ''}"
         f" ({ms(held)} in all; not counted as spikes)"
     )
-    return _wrap(text, width)
 
 
 def render_card(summary: Mapping[str, Any], width: int = 80) -> str:
@@ -226,7 +226,8 @@ def render_card(summary: Mapping[str, Any], width: int = 80) -> str:
         title = "Ranks  (lag vs the median rank, % of a step"
         title += "; wait: in the all-reduce)" if waits else ")"
         lines += [title, *_rank_rows(summary["ranks"]), ""]
-    lines += [_system_line(summary["system"]), *_held_lines(summary["system"], width)]
+    held = held_note(summary["system"])
+    lines += [_system_line(summary["system"]), *(_wrap(held, width) if held else [])]
     others = [f for f in summary["findings"] if not _same(f, summary["primary"])]
     others = [f for f in others if f["kind"] not in QUIET_KINDS]
     if others:

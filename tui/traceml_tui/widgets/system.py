@@ -12,7 +12,7 @@ from typing import Any
 from textual.content import Content
 from textual.widget import Widget
 
-from traceml.analysis.render import own_cpu_note
+from traceml.analysis.render import held_note, own_cpu_note
 from traceml.records import SystemSample
 from traceml_tui.format import mb, value
 from traceml_tui.snapshot import Snapshot, is_over
@@ -56,12 +56,14 @@ def summary_lines(system: Mapping[str, Any]) -> list[str]:
         f" · host {value(system.get('host_cpu_pct_avg'), '%')} avg"
     ]
     if gpu is None:
-        return [*lines, "GPU  none seen (no GPU or no NVML)"]
-    return [
-        *lines,
-        f"GPU  util {value(gpu, '%')} avg · power {value(system.get('gpu_power_w_avg'), 'W')} avg"
-        f" · temp max {value(system.get('gpu_temp_c_max'), '°C')}",
-    ]
+        lines.append("GPU  none seen (no GPU or no NVML)")
+    else:
+        lines.append(
+            f"GPU  util {value(gpu, '%')} avg · power {value(system.get('gpu_power_w_avg'), 'W')}"
+            f" avg · temp max {value(system.get('gpu_temp_c_max'), '°C')}"
+        )
+    held = held_note(system)
+    return [*lines, held] if held else lines
 
 
 class SystemPanel(Widget, can_focus=True):
