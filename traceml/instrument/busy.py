@@ -3,8 +3,8 @@
 The tx thread folds a tick's steps in one go and holds the GIL for it: a few ms on a fast loop.
 A training step that needs the interpreter meanwhile waits, and comes out a few times slower
 than its neighbours. That wait is TraceML's cost, not the loop's, so it must not be diagnosed as
-the loop's spike (at 0.4 ms a step, 4 ticks a second made 7 % of a long run's step time look
-like STEP_SPIKES). The tx thread notes each span it runs Python in; when it converts a step it
+the loop's spike (at 0.2 ms a step, 4 ticks a second made 7 % of a million-step run's step time
+look like STEP_SPIKES). The tx thread notes each span it runs Python in; when it converts a step it
 measures how long the step overlapped those spans, and the record carries it
 (`StepRecord.held_ms`). The overlap bounds what TraceML can have delayed the step: the training
 thread may have been in C code (GIL released) for part of it.

@@ -71,9 +71,9 @@ class RunHeader(Widget):
     """Who the run is and whether it is alive, in one or two lines."""
 
     snapshot: reactive[Snapshot | None] = reactive(None, always_update=True, repaint=False)
-    note: reactive[str] = reactive("", layout=True)
+    note: reactive[str] = reactive("", repaint=False)
     """A word the screen adds, e.g. "paused"; "" for none."""
-    failure: reactive[str] = reactive("", layout=True)
+    failure: reactive[str] = reactive("", repaint=False)
     """Why the feed stopped (the run cannot be reached, or was lost); "" while it runs."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -86,12 +86,17 @@ class RunHeader(Widget):
         snap = self.snapshot
         return run_state(snap, snap.taken_at if snap else 0.0)
 
+    # Each of the three goes through the same Redraw, so it always knows what is on screen.
     def watch_snapshot(self) -> None:
         self._set_state_class()
         self._redraw.show(self.render())
 
     def watch_failure(self) -> None:
         self._set_state_class()
+        self._redraw.show(self.render())
+
+    def watch_note(self) -> None:
+        self._redraw.show(self.render())
 
     def _set_state_class(self) -> None:
         css = self._state().css
