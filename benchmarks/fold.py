@@ -17,8 +17,8 @@ import argparse
 import time
 
 from traceml.analysis.store import RunStore
-from traceml.instrument.resolve import host_records
-from traceml.instrument.timer import RawStep
+from traceml.instrument.resolve import host_records, host_records_for
+from traceml.instrument.timer import RawStep, native
 from traceml.transport.wire.codec import Packer
 
 TICK = 625
@@ -50,9 +50,17 @@ def main() -> None:
     n = ap.parse_args().steps
     raws = raw_steps(n)
 
-    t0 = time.perf_counter()
-    records = [r for lo in range(0, n, TICK) for r in host_records(raws[lo : lo + TICK], 0, 0, 1)]
-    row("RawStep -> StepRecord, a tick at a time", per_step_us(time.perf_counter() - t0, n))
+    c = native()
+    for name, convert in (("Python", host_records), ("C", host_records_for(c) if c else None)):
+        if convert is None:
+            row(f"RawStep -> StepRecord ({name})", "not built")
+            continue
+        t0 = time.perf_counter()
+        records = [r for lo in range(0, n, TICK) for r in convert(raws[lo : lo + TICK], 0, 0, 1)]
+        row(
+            f"RawStep -> StepRecord ({name}), a tick at a time",
+            per_step_us(time.perf_counter() - t0, n),
+        )
 
     for batch in (1, 16, TICK, 1024):
         store = RunStore(HISTORY)

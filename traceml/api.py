@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from traceml.config import PHASES_MANUAL, settings_from_env
 from traceml.errors import ConfigError
-from traceml.instrument.timer import phase_index
+from traceml.instrument.timer import native_for, phase_index
 from traceml.probe import warn_once
 
 if TYPE_CHECKING:
@@ -42,28 +42,51 @@ IDENTITY_ENV = ("TRACEML_RUN_ID", "TRACEML_SUMMARY", "TRACEML_LAUNCHER", "TRACEM
 
 
 class StepContext:
-    """`with traceml.trace_step(model):` marks one step; reused every step, never reallocated."""
+    """`with traceml.trace_step(model):` marks one step; reused every step, never reallocated.
 
-    __slots__ = ("_depth", "_timer")
+    The pure-Python twin of `_native.Step`, used when the C timer is not built."""
+
+    __slots__ = ("_depth", "_on_error", "_timer")
 
     def __init__(self, session: Session) -> None:
         self._timer = session.timer
+        self._on_error = session.on_error
         self._depth = 0
 
     def __enter__(self) -> None:
         self._depth += 1
-        if self._depth == 1:
-            self._timer.enter()
-        else:
-            warn_once(
-                "nested step",
-                "trace_step() was nested in another trace_step(); the inner one is ignored",
-            )
+        try:
+            if self._depth == 1:
+                self._timer.enter()
+            else:
+                _warn_nested()
+        except Exception as e:  # noqa: BLE001 - never into the user's loop
+            self._on_error(e)
 
     def __exit__(self, *exc: object) -> None:
         self._depth -= 1
         if self._depth == 0:
-            self._timer.exit()
+            try:
+                self._timer.exit()
+            except Exception as e:  # noqa: BLE001
+                self._on_error(e)
+
+
+def _warn_nested() -> None:
+    warn_once(
+        "nested step", "trace_step() was nested in another trace_step(); the inner one is ignored"
+    )
+
+
+def _step_context(session: Session) -> contextlib.AbstractContextManager[None]:
+    """The C `Step` when the session's timer is the C one, else StepContext."""
+    c = native_for(session.timer)
+    if c is None:
+        return StepContext(session)
+    step: contextlib.AbstractContextManager[None] = c.Step(
+        session.timer, _warn_nested, session.on_error
+    )
+    return step
 
 
 class PhaseContext:
@@ -157,7 +180,7 @@ def _start(settings: Any) -> Session | None:
         warn_once("init", f"could not start ({type(e).__name__}: {e}); running without TraceML")
         session.hooks.remove()
         return None
-    session.step_ctx = StepContext(session)
+    session.step_ctx = _step_context(session)
     from traceml.notebook import watch_cells
 
     watch_cells(session.timer.rest, lambda: not session.closed)
@@ -186,7 +209,7 @@ def trace_step(model: Any = None) -> contextlib.AbstractContextManager[None]:
             s.watch_model(model)
     elif not s.cuda_checked and not s.timer.step & CUDA_RECHECK_MASK and model is not None:
         s.check_cuda(model)  # `model.to("cuda")` after its first step
-    ctx: StepContext = s.step_ctx
+    ctx: contextlib.AbstractContextManager[None] = s.step_ctx
     return ctx
 
 

@@ -88,6 +88,8 @@ class Settings:
     every 50 ms."""
     skip: frozenset[str] = frozenset()
     """Auto-mode patches left out (TRACEML_SKIP, names from PATCHES); their phase reads null."""
+    c_timer: bool = True
+    """Use the C step timer when it is built (TRACEML_C_TIMER=0: the pure-Python one)."""
 
 
 PATCHES: tuple[str, ...] = ("dataloader", "forward", "backward", "optimizer", "h2d", "comm")
@@ -128,6 +130,7 @@ def settings_from_env(mode: str = "auto", env: Mapping[str, str] | None = None) 
         listen="tcp" if listen == "tcp" else "ipc",
         insecure=_flag(env, "TRACEML_INSECURE", False),
         skip=parse_skip(env.get("TRACEML_SKIP", "")),
+        c_timer=_flag(env, "TRACEML_C_TIMER", True),
     )
 
 

@@ -14,7 +14,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import traceml  # noqa: E402
-from traceml import api  # noqa: E402
+from traceml import api, probe  # noqa: E402
 from traceml.analysis.schema import validate_summary  # noqa: E402
 from traceml.analysis.summary import load_summary  # noqa: E402
 
@@ -53,12 +53,30 @@ def loop(model: Any, steps: int, sleep_between: float = 0.0) -> None:
                 return
 
 
-def test_no_hook_or_patch_leaks(session_env: Path) -> None:
+C_TIMER = pytest.mark.parametrize("c_timer", [True, False], ids=["c", "python"])
+"""Runs a test with the C timer and wrappers, then with the pure-Python ones (TRACEML_C_TIMER=0)."""
+
+
+def use_timer(monkeypatch: pytest.MonkeyPatch, c_timer: bool) -> None:
+    monkeypatch.setenv("TRACEML_C_TIMER", "1" if c_timer else "0")
+
+
+def assert_timer(session: Any, c_timer: bool) -> None:
+    module = type(session.timer).__module__
+    assert module == ("traceml.instrument._native" if c_timer else "traceml.instrument.timer")
+
+
+@C_TIMER
+def test_no_hook_or_patch_leaks(
+    session_env: Path, monkeypatch: pytest.MonkeyPatch, c_timer: bool
+) -> None:
+    use_timer(monkeypatch, c_timer)
     before = torch_state()
     model = torch.nn.Linear(8, 1)
     traceml.init(mode="auto", summary=session_env)
     session = api.current_session()
     assert session is not None
+    assert_timer(session, c_timer)
     loop(model, 5)
     assert session.hooks.installed > 0
     assert torch_state() != before
@@ -70,9 +88,14 @@ def test_no_hook_or_patch_leaks(session_env: Path) -> None:
     validate_summary(load_summary(path))
 
 
-def test_phases_are_measured_where_they_happen(session_env: Path) -> None:
+@C_TIMER
+def test_phases_are_measured_where_they_happen(
+    session_env: Path, monkeypatch: pytest.MonkeyPatch, c_timer: bool
+) -> None:
+    use_timer(monkeypatch, c_timer)
     model = torch.nn.Linear(8, 1)
     traceml.init(mode="auto", summary=session_env)
+    assert_timer(api.current_session(), c_timer)
     loop(model, 30, sleep_between=0.004)
     traceml.shutdown()
     summary = load_summary(session_env)
@@ -99,7 +122,15 @@ def test_manual_mode_only_times_marked_phases(session_env: Path) -> None:
     assert st["dataloader_pct"] is None
 
 
-def test_misuse_never_breaks_the_loop(session_env: Path, caplog: pytest.LogCaptureFixture) -> None:
+@C_TIMER
+def test_misuse_never_breaks_the_loop(
+    session_env: Path,
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+    c_timer: bool,
+) -> None:
+    use_timer(monkeypatch, c_timer)
+    monkeypatch.setattr(probe, "_warned", set())  # each run warns afresh (once per process)
     traceml.init(mode="auto", summary=session_env)
     traceml.init(mode="auto", summary=session_env)
     with traceml.trace_step("not a module"):
@@ -140,9 +171,10 @@ def test_hooked_model_can_be_saved_and_copied(session_env: Path) -> None:
     ema = copy.deepcopy(model)
     session = api.current_session()
     assert session is not None
-    before = session.timer.seen
-    timer_acc = list(session.timer._acc)
+    timer: Any = session.timer  # either timer keeps the step's time so far in `_acc`
+    before = timer.seen
+    timer_acc = list(timer._acc)
     restored(torch.randn(2, 8))
     ema(torch.randn(2, 8))
-    assert session.timer._acc == timer_acc, "a copy of the model is not timed as the model"
-    assert session.timer.seen == before
+    assert timer._acc == timer_acc, "a copy of the model is not timed as the model"
+    assert timer.seen == before

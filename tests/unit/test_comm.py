@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from tests.unit._clock import FakeClock
+from tests.unit._timers import TIMERS, MakeTimer
 from traceml.instrument.comm import (
     MAX_BUCKETS,
     CommLink,
@@ -19,7 +20,7 @@ from traceml.instrument.comm import (
 )
 from traceml.instrument.hooks import Hooks
 from traceml.instrument.resolve import to_record
-from traceml.instrument.timer import BACKWARD, RawStep, StepTimer
+from traceml.instrument.timer import BACKWARD, RawStep
 from traceml.records import StepRecord
 
 
@@ -168,10 +169,11 @@ def test_attach_ignores_what_is_not_ddp() -> None:
     assert attach_ddp(torch.nn.Linear(2, 2), CommWait()) is None
 
 
-def test_timer_carries_the_steps_wait() -> None:
+@TIMERS
+def test_timer_carries_the_steps_wait(make_timer: MakeTimer) -> None:
     out: deque[RawStep] = deque()
     clock = FakeClock(1_000_000)
-    timer = StepTimer(out, clock=clock)
+    timer = make_timer(out, clock=clock)
     timer.enter()
     timer.exit()
     waits = iter([7, 0])
@@ -219,8 +221,9 @@ def test_wire_carries_comm_wait_as_an_optional_trailing_field() -> None:
     assert StepRecord.from_wire(wire[:11]).comm_wait_ms is None, "older writers"
 
 
-def test_backward_wrapper_reports_its_end_to_the_comm_wait() -> None:
-    timer = StepTimer(deque())
+@TIMERS
+def test_backward_wrapper_reports_its_end_to_the_comm_wait(make_timer: MakeTimer) -> None:
+    timer = make_timer(deque())
     hooks = Hooks(timer, on_error=lambda e: pytest.fail(str(e)))
     ends: list[int] = []
     wrapped = hooks._timed(BACKWARD, lambda: "grads", after=lambda: ends.append(1))

@@ -4,23 +4,34 @@ from __future__ import annotations
 
 import threading
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 
 from tests.unit._clock import FakeClock
+from tests.unit._timers import MakeTimer, make_c, make_python
 from traceml.instrument.forward import RootState, make_call
-from traceml.instrument.timer import BACKWARD, FORWARD, OPTIMIZER, OTHER, RawStep, StepTimer
+from traceml.instrument.timer import BACKWARD, FORWARD, OPTIMIZER, OTHER, RawStep
+
+
+@pytest.fixture(autouse=True, params=[make_python, make_c], ids=["python", "c"])
+def timer_kind(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Every test here runs with each timer: the wrapper only uses the Timer protocol."""
+    Rig.make = staticmethod(request.param)
+    yield
+    Rig.make = staticmethod(make_python)
 
 
 class Rig:
     """A timer, a clock, and a stand-in for `nn.Module.__call__` that runs `body(module)`."""
 
+    make: MakeTimer = staticmethod(make_python)
+
     def __init__(self, compiling: bool = False) -> None:
         self.clock = FakeClock()
         self.out: deque[RawStep] = deque(maxlen=10)
-        self.timer = StepTimer(self.out, clock=self.clock)
+        self.timer = self.make(self.out, clock=self.clock)
         self.state = RootState()
         self.errors: list[BaseException] = []
 

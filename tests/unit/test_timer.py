@@ -1,4 +1,4 @@
-"""StepTimer with a fake clock: exact phase accounting, nesting, and the sum-to-step invariant."""
+"""Both step timers on a fake clock: exact phase accounting, nesting, the sum-to-step invariant."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ from collections import deque
 import pytest
 
 from tests.unit._clock import FakeClock
+from tests.unit._timers import TIMERS, MakeTimer, make_c, make_python
 from traceml.instrument.timer import (
     BACKWARD,
     BETWEEN,
@@ -15,18 +16,18 @@ from traceml.instrument.timer import (
     OPTIMIZER,
     OTHER,
     RawStep,
-    StepTimer,
+    Timer,
 )
 
 
-@pytest.fixture
-def rig() -> tuple[StepTimer, FakeClock, deque[RawStep]]:
+@pytest.fixture(params=[make_python, make_c], ids=["python", "c"])
+def rig(request: pytest.FixtureRequest) -> tuple[Timer, FakeClock, deque[RawStep]]:
     out: deque[RawStep] = deque(maxlen=100)
     clock = FakeClock()
-    return StepTimer(out, clock=clock), clock, out
+    return request.param(out, clock=clock), clock, out
 
 
-def run_step(timer: StepTimer, clock: FakeClock, dl: int = 0, gap: int = 0) -> None:
+def run_step(timer: Timer, clock: FakeClock, dl: int = 0, gap: int = 0) -> None:
     timer.begin(DATALOADER)
     clock.advance(dl)
     timer.end(DATALOADER)
@@ -46,7 +47,7 @@ def run_step(timer: StepTimer, clock: FakeClock, dl: int = 0, gap: int = 0) -> N
     timer.exit()
 
 
-def test_phases_of_a_typical_step(rig: tuple[StepTimer, FakeClock, deque[RawStep]]) -> None:
+def test_phases_of_a_typical_step(rig: tuple[Timer, FakeClock, deque[RawStep]]) -> None:
     timer, clock, out = rig
     run_step(timer, clock, dl=100, gap=3)
     clock.advance(20)  # logging after the step
@@ -69,7 +70,7 @@ def test_phases_of_a_typical_step(rig: tuple[StepTimer, FakeClock, deque[RawStep
 
 
 def test_first_step_starts_at_first_event_not_at_init(
-    rig: tuple[StepTimer, FakeClock, deque[RawStep]],
+    rig: tuple[Timer, FakeClock, deque[RawStep]],
 ) -> None:
     timer, clock, out = rig
     clock.advance(10_000)  # model construction before the loop: not part of any step
@@ -77,7 +78,7 @@ def test_first_step_starts_at_first_event_not_at_init(
     assert out[0].end_ns - out[0].start_ns == 100 + 5 + 30 + 7 + 40 + 10
 
 
-def test_nested_phase_is_exclusive(rig: tuple[StepTimer, FakeClock, deque[RawStep]]) -> None:
+def test_nested_phase_is_exclusive(rig: tuple[Timer, FakeClock, deque[RawStep]]) -> None:
     timer, clock, out = rig
     timer.enter()
     timer.begin(OPTIMIZER)  # e.g. LBFGS calling a closure with forward and backward inside
@@ -99,7 +100,7 @@ def test_nested_phase_is_exclusive(rig: tuple[StepTimer, FakeClock, deque[RawSte
 
 
 def test_phase_left_open_by_an_exception_is_closed_at_step_end(
-    rig: tuple[StepTimer, FakeClock, deque[RawStep]],
+    rig: tuple[Timer, FakeClock, deque[RawStep]],
 ) -> None:
     timer, clock, out = rig
     timer.enter()
@@ -114,7 +115,7 @@ def test_phase_left_open_by_an_exception_is_closed_at_step_end(
     assert out[1].phase_ns[OTHER] == 3
 
 
-def test_unseen_phases_are_flagged(rig: tuple[StepTimer, FakeClock, deque[RawStep]]) -> None:
+def test_unseen_phases_are_flagged(rig: tuple[Timer, FakeClock, deque[RawStep]]) -> None:
     timer, clock, out = rig
     timer.enter()
     clock.advance(1)
@@ -126,7 +127,7 @@ def test_unseen_phases_are_flagged(rig: tuple[StepTimer, FakeClock, deque[RawSte
     assert out[1].seen >> DATALOADER & 1
 
 
-def test_unmatched_end_is_ignored(rig: tuple[StepTimer, FakeClock, deque[RawStep]]) -> None:
+def test_unmatched_end_is_ignored(rig: tuple[Timer, FakeClock, deque[RawStep]]) -> None:
     timer, clock, out = rig
     timer.end(FORWARD)
     timer.enter()
@@ -135,10 +136,11 @@ def test_unmatched_end_is_ignored(rig: tuple[StepTimer, FakeClock, deque[RawStep
     assert sum(out[0].phase_ns) == 2
 
 
-def test_bounded_buffer_drops_oldest() -> None:
+@TIMERS
+def test_bounded_buffer_drops_oldest(make_timer: MakeTimer) -> None:
     out: deque[RawStep] = deque(maxlen=3)
     clock = FakeClock()
-    timer = StepTimer(out, clock=clock)
+    timer = make_timer(out, clock=clock)
     for _ in range(10):
         timer.enter()
         clock.advance(1)
@@ -146,7 +148,8 @@ def test_bounded_buffer_drops_oldest() -> None:
     assert [r.step for r in out] == [7, 8, 9]
 
 
-def test_rss_is_read_at_most_every_interval() -> None:
+@TIMERS
+def test_rss_is_read_at_most_every_interval(make_timer: MakeTimer) -> None:
     out: deque[RawStep] = deque(maxlen=100)
     clock = FakeClock()
     reads: list[int] = []
@@ -155,7 +158,7 @@ def test_rss_is_read_at_most_every_interval() -> None:
         reads.append(clock.t)
         return 42
 
-    timer = StepTimer(out, clock=clock, read_rss=read)
+    timer = make_timer(out, clock=clock, read_rss=read)
     for _ in range(30):
         timer.enter()
         clock.advance(1_000_000)  # 1 ms steps
@@ -165,11 +168,12 @@ def test_rss_is_read_at_most_every_interval() -> None:
     assert all(r.rss_pages in (42, -1) for r in out)
 
 
-def test_cuda_marks_chain_from_step_to_step() -> None:
+@TIMERS
+def test_cuda_marks_chain_from_step_to_step(make_timer: MakeTimer) -> None:
     out: deque[RawStep] = deque(maxlen=100)
     clock = FakeClock()
     counter = iter(range(1000))
-    timer = StepTimer(out, clock=clock)
+    timer = make_timer(out, clock=clock)
     timer.use_cuda(lambda: next(counter), lambda: (1.0, 2.0, 3.0))
     run_step(timer, clock, dl=5)
     run_step(timer, clock, dl=5)

@@ -23,7 +23,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from traceml.instrument.timer import BACKWARD, FORWARD, StepTimer
+from traceml.instrument.timer import BACKWARD, FORWARD, Timer
 
 OnError = Callable[[BaseException], None]
 
@@ -42,7 +42,7 @@ class RootState:
 
 def make_call(
     original: Callable[..., Any],
-    timer: StepTimer,
+    timer: Timer,
     state: RootState,
     on_error: OnError,
     is_compiling: Callable[[], bool],
@@ -78,9 +78,7 @@ def make_call(
     return __call__
 
 
-def install(
-    torch: Any, timer: StepTimer, on_error: OnError
-) -> tuple[RootState, Callable[[], None]]:
+def install(torch: Any, timer: Timer, on_error: OnError) -> tuple[RootState, Callable[[], None]]:
     """Replace `torch.nn.Module.__call__`; returns the shared state and the undo.
 
     The undo puts the original back only if the wrapper is still the class attribute; if another

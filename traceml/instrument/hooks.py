@@ -15,7 +15,7 @@ from typing import Any
 
 from traceml.instrument import forward
 from traceml.instrument.comm import CommLink, CommWait, attach_ddp
-from traceml.instrument.timer import BACKWARD, DATALOADER, H2D, OPTIMIZER, StepTimer
+from traceml.instrument.timer import BACKWARD, DATALOADER, H2D, OPTIMIZER, Timer, native_for
 from traceml.probe import warn_once
 
 OnError = Callable[[BaseException], None]
@@ -24,9 +24,7 @@ OnError = Callable[[BaseException], None]
 class Hooks:
     """Installs timing hooks around torch and remembers how to take each one away."""
 
-    def __init__(
-        self, timer: StepTimer, on_error: OnError, skip: frozenset[str] = frozenset()
-    ) -> None:
+    def __init__(self, timer: Timer, on_error: OnError, skip: frozenset[str] = frozenset()) -> None:
         self._timer = timer
         self._on_error = on_error
         self._skip = skip
@@ -61,6 +59,10 @@ class Hooks:
         after: Callable[[], None] | None = None,
     ) -> Callable[..., Any]:
         timer, on_error = self._timer, self._on_error
+        c = native_for(timer)
+        if c is not None:  # the same wrapper in C: no Python frame per call
+            timed: Callable[..., Any] = c.Timed(timer, idx, original, after, on_error)
+            return timed
 
         def wrapper(*args: Any, **kwargs: Any) -> Any:
             try:
@@ -102,6 +104,17 @@ class Hooks:
     def _install_optimizer(self, torch: Any) -> None:
         timer, on_error, seen = self._timer, self._on_error, self.optimizers
         last: list[type] = [type(None)]
+        opt = importlib.import_module("torch.optim.optimizer")
+        c = native_for(timer)
+        if c is not None:  # the same hooks in C; `note` runs when the optimizer's class changes
+            self._hook_optimizer(
+                opt,
+                c.Edge(
+                    timer, OPTIMIZER, True, on_error, lambda o: seen.setdefault(type(o).__name__)
+                ),
+                c.Edge(timer, OPTIMIZER, False, on_error),
+            )
+            return
 
         def pre(opt: Any, _args: Any, _kwargs: Any) -> None:
             try:
@@ -118,7 +131,11 @@ class Hooks:
             except Exception as e:  # noqa: BLE001
                 on_error(e)
 
-        opt = importlib.import_module("torch.optim.optimizer")
+        self._hook_optimizer(opt, pre, post)
+
+    def _hook_optimizer(
+        self, opt: Any, pre: Callable[..., None], post: Callable[..., None]
+    ) -> None:
         for handle in (
             opt.register_optimizer_step_pre_hook(pre),
             opt.register_optimizer_step_post_hook(post),

@@ -23,7 +23,8 @@ from traceml._version import __version__
 from traceml.config import Settings
 from traceml.instrument.hooks import Hooks
 from traceml.instrument.memory import CudaMemory, HostRss
-from traceml.instrument.timer import RawStep, StepTimer
+from traceml.instrument.resolve import host_records_for
+from traceml.instrument.timer import RawStep, native_for, new_timer
 from traceml.instrument.worker import TxWorker, WorkerParts
 from traceml.probe import warn_directly, warn_once
 from traceml.records import PHASES, ExitKind, RankEnd, RankInfo
@@ -57,8 +58,8 @@ class Session:
         self.pid = os.getpid()
         self.raw: deque[RawStep] = deque(maxlen=settings.buffer_steps)
         self.rss = HostRss()
-        self.timer = StepTimer(self.raw, read_rss=self.rss.pages)
-        self.hooks = Hooks(self.timer, self._on_error, settings.skip)
+        self.timer = new_timer(self.raw, read_rss=self.rss.pages, native_ok=settings.c_timer)
+        self.hooks = Hooks(self.timer, self.on_error, settings.skip)
         self.exit: ExitKind = "ok"
         self.closed = False
         self.failed = False
@@ -149,6 +150,7 @@ class Session:
             finish=self._finish_on_tx,
             primary=lambda: _primary_kind(store),
             optimizers=lambda: tuple(self.hooks.optimizers),
+            host_records=host_records_for(native_for(self.timer)),
             phase=lambda: PHASES[self.timer.open_phase],
         )
 
@@ -219,7 +221,7 @@ class Session:
         self._cuda_on = self.cuda_checked = True
 
     # -- failure and exit --------------------------------------------------------------------
-    def _on_error(self, err: BaseException) -> None:
+    def on_error(self, err: BaseException) -> None:
         """TraceML itself broke: warn once, take every hook away, let training run on bare."""
         if self.failed:
             return
@@ -260,7 +262,7 @@ class Session:
         # A forked child (DataLoader worker) must never touch the parent's sockets or files.
         self.closed = True
         self.hooks.forget_thread()
-        self.hooks = Hooks(self.timer, self._on_error)
+        self.hooks = Hooks(self.timer, self.on_error)
         self.raw.clear()
 
     def shutdown(self, exit_kind: ExitKind | None = None) -> Path | None:

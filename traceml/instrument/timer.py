@@ -4,6 +4,11 @@ This module runs on the training thread and is the whole hot path: each call tak
 moves a few integers and, at the end of a step, appends one tuple to a bounded deque. It never
 blocks, allocates little, and never raises into the user's loop.
 
+`StepTimer` here is the reference. `_native.c` is the same timer in C, with C versions of the
+hooks' wrappers: inside a real loop a Python-level call costs about 1 µs (the interpreter's caches
+are cold after torch's own work), and a step makes eight of them. `new_timer` takes the C one
+when it is built, else this one; tests run both on the same sequences.
+
 Time is a sequence of segments. A segment is labelled by the innermost open phase; with no phase
 open it is `between` outside `trace_step` and `other` inside it. So the phases of a step always
 sum to its wall time, from the end of the previous step to the end of this one.
@@ -14,7 +19,8 @@ from __future__ import annotations
 import time
 from collections import deque
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from types import ModuleType
+from typing import Any, NamedTuple, Protocol
 
 from traceml.records import PHASES, Phase
 
@@ -214,3 +220,53 @@ class StepTimer:
         self._acc = [0] * N_PHASES
         self.step += 1
         self._step_t0 = t
+
+
+class Timer(Protocol):
+    """What the hooks, `trace_step` and the session use of a step timer: StepTimer or its C twin
+    (traceml/instrument/_native.c), which behave the same."""
+
+    inside: bool
+    seen: int
+    step: int
+
+    @property
+    def open_phase(self) -> int: ...
+    def begin(self, idx: int) -> None: ...
+    def end(self, idx: int) -> None: ...
+    def enter(self) -> None: ...
+    def exit(self) -> None: ...
+    def rest(self) -> None: ...
+    def in_phase(self, idx: int) -> bool: ...
+    def use_cuda(self, mark: Mark, read_device: Callable[[], Any]) -> None: ...
+    def use_comm(self, take: Callable[[], int] | None) -> None: ...
+
+
+def native() -> ModuleType | None:
+    """The built C timer module (traceml/instrument/_native.c), or None when it is not built (no
+    compiler at install) or was built from other constants than this module's (a stale build)."""
+    try:
+        from traceml.instrument import _native
+    except ImportError:
+        return None
+    built = (_native.N_PHASES, _native.BETWEEN, _native.OTHER, _native.RSS_INTERVAL_NS)
+    if built != (N_PHASES, BETWEEN, OTHER, RSS_INTERVAL_NS):
+        return None
+    return _native
+
+
+def native_for(timer: Timer) -> ModuleType | None:
+    """The C module when `timer` is its StepTimer: the hooks then use its C wrappers too."""
+    c = native()
+    return c if c is not None and isinstance(timer, c.StepTimer) else None
+
+
+def new_timer(
+    out: deque[RawStep], read_rss: Callable[[], int] | None = None, native_ok: bool = True
+) -> Timer:
+    """The session's timer: the C one when built and `native_ok`, else the pure-Python one."""
+    c = native() if native_ok else None
+    if c is None:
+        return StepTimer(out, read_rss=read_rss)
+    timer: Timer = c.StepTimer(out, RawStep, read_rss=read_rss)
+    return timer

@@ -18,7 +18,7 @@ from typing import Any, Protocol
 
 from traceml.instrument.busy import BusySpans
 from traceml.instrument.cuda import CudaMarker
-from traceml.instrument.resolve import NS_PER_MS, host_records, to_record
+from traceml.instrument.resolve import NS_PER_MS, HostRecords, host_records, to_record
 from traceml.instrument.timer import RawStep
 from traceml.probe import warn_once
 from traceml.records import RankEnd, RankInfo, StepRecord, SystemSample
@@ -85,6 +85,8 @@ class WorkerParts:
     """The phase the training thread is in now (for heartbeats: where a stalled rank is)."""
     optimizers: Callable[[], tuple[str, ...]] | None = None
     """Class names of the optimizers the training thread has stepped (auto mode), else None."""
+    host_records: HostRecords = host_records
+    """RawSteps to StepRecords without CUDA marks: resolve.host_records or its C twin."""
 
 
 def _sink_name(sink: Sink) -> str:
@@ -220,7 +222,7 @@ class TxWorker(threading.Thread):
                 self._next_step = item.step + 1
         if not self._pending and all(item.marks is None for item in batch):
             info = self.p.info
-            records = host_records(batch, info.rank, self.p.wall_offset_ns, self.p.page_mb)
+            records = self.p.host_records(batch, info.rank, self.p.wall_offset_ns, self.p.page_mb)
             return self._held(batch, records)
         now = time.monotonic()
         self._pending.extend((item, now) for item in batch)

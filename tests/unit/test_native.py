@@ -1,0 +1,342 @@
+"""The C hot paths (traceml/instrument/_native.c) against their Python references.
+
+test_timer.py runs every timer test on both; here: the same random call sequences give the same
+records from both timers, the C clock is perf_counter_ns, the C wrappers keep the Python ones'
+contract (result, exception, binding, failure handed to on_error, no reference leaked), and the
+tx thread's conversion gives equal StepRecords.
+"""
+
+from __future__ import annotations
+
+import gc
+import random
+import sys
+import time
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from tests.unit._clock import FakeClock
+from tests.unit._timers import make_c, make_python
+from traceml.instrument.resolve import host_records, host_records_for
+from traceml.instrument.timer import (
+    BACKWARD,
+    FORWARD,
+    N_PHASES,
+    OPTIMIZER,
+    OTHER,
+    RawStep,
+    StepTimer,
+    Timer,
+    native,
+    new_timer,
+)
+from traceml.records import StepRecord
+
+
+def c_module() -> Any:
+    c = native()
+    assert c is not None, "the C timer is not built: run `make install`"
+    return c
+
+
+def test_the_c_timer_is_built_and_chosen_unless_turned_off() -> None:
+    c = c_module()
+    assert isinstance(new_timer(deque()), c.StepTimer)
+    assert isinstance(new_timer(deque(), native_ok=False), StepTimer)
+
+
+def drive(timer: Timer, clock: FakeClock, ops: list[tuple[str, int]]) -> list[Any]:
+    """Apply `ops` to `timer`; what it exposes after each one."""
+    seen: list[Any] = []
+    for op, arg in ops:
+        clock.advance(arg)
+        if op == "begin":
+            timer.begin(arg % N_PHASES)
+        elif op == "end":
+            timer.end(arg % N_PHASES)
+        elif op == "cuda":
+            timer.use_cuda(iter(range(10_000)).__next__, lambda: (1.0, None, 3.0))
+        else:
+            getattr(timer, op)()
+        seen.append(
+            (timer.open_phase, timer.in_phase(FORWARD), timer.inside, timer.seen, timer.step)
+        )
+    return seen
+
+
+def random_ops(rng: random.Random, n: int, cuda_at: int | None) -> list[tuple[str, int]]:
+    names = ["begin", "begin", "end", "end", "enter", "exit", "exit", "rest"]
+    ops = [(rng.choice(names), rng.randrange(1, 50)) for _ in range(n)]
+    if cuda_at is not None:
+        ops.insert(cuda_at, ("cuda", 0))
+    return ops
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_random_sequences_give_the_same_records_from_both(seed: int) -> None:
+    rng = random.Random(seed)
+    ops = random_ops(rng, 300, cuda_at=rng.choice([None, 0, 150]))
+    results = []
+    for make in (make_python, make_c):
+        out: deque[RawStep] = deque(maxlen=1000)
+        clock = FakeClock()
+        timer = make(out, clock=clock, read_rss=iter(range(1_000_000)).__next__)
+        results.append((drive(timer, clock, ops), list(out)))
+    (py_seen, py_out), (c_seen, c_out) = results
+    assert c_seen == py_seen
+    assert len(c_out) == len(py_out) > 0
+    for a, b in zip(py_out, c_out, strict=True):
+        assert type(b) is RawStep
+        assert b == a
+        assert sum(b.phase_ns) == b.end_ns - b.start_ns
+
+
+def test_the_c_clock_is_perf_counter_ns() -> None:
+    out: deque[RawStep] = deque()
+    timer = make_c(out)
+    before = time.perf_counter_ns()
+    timer.enter()
+    timer.exit()
+    after = time.perf_counter_ns()
+    assert before <= out[0].start_ns <= out[0].end_ns <= after
+
+
+def test_a_deep_nesting_grows_the_stack() -> None:
+    out: deque[RawStep] = deque()
+    clock = FakeClock()
+    timer = make_c(out, clock=clock)
+    timer.enter()
+    for _ in range(100):  # a recursive model: far past the first allocation
+        timer.begin(FORWARD)
+        clock.advance(1)
+    for _ in range(100):
+        timer.end(FORWARD)
+    timer.exit()
+    assert out[0].phase_ns[FORWARD] == 100
+
+
+def test_a_bad_phase_index_raises_in_the_timer_itself() -> None:
+    timer = make_c(deque())
+    with pytest.raises(ValueError, match="out of range"):
+        timer.begin(N_PHASES)
+
+
+class Rig:
+    """A C timer on a fake clock, and what its wrappers reported as TraceML's own failures."""
+
+    def __init__(self) -> None:
+        self.clock = FakeClock()
+        self.out: deque[RawStep] = deque()
+        self.timer = make_c(self.out, clock=self.clock)
+        self.errors: list[BaseException] = []
+        self.c = c_module()
+
+    def timed(self, idx: int, fn: Callable[..., Any], after: Any = None) -> Any:
+        return self.c.Timed(self.timer, idx, fn, after, self.errors.append)
+
+
+def test_timed_returns_the_result_and_times_the_call() -> None:
+    rig = Rig()
+    done: list[int] = []
+
+    def work(a: int, *, b: int) -> int:
+        rig.clock.advance(25)
+        return a + b
+
+    timed = rig.timed(BACKWARD, work, after=lambda: done.append(1))
+    rig.timer.enter()
+    assert timed(1, b=2) == 3
+    rig.timer.exit()
+    assert rig.out[0].phase_ns[BACKWARD] == 25
+    assert done == [1]
+    assert timed.__wrapped__ is work
+    assert not rig.errors
+
+
+def test_timed_passes_the_calls_exception_through_and_still_ends_the_phase() -> None:
+    rig = Rig()
+
+    def work() -> None:
+        rig.clock.advance(10)
+        raise KeyError("from the user's code")
+
+    timed = rig.timed(BACKWARD, work)
+    rig.timer.enter()
+    with pytest.raises(KeyError, match="from the user's code"):
+        timed()
+    rig.clock.advance(4)
+    rig.timer.exit()
+    assert rig.out[0].phase_ns[BACKWARD] == 10
+    assert rig.out[0].phase_ns[OTHER] == 4
+    assert not rig.errors
+
+
+def test_timed_binds_as_a_method_in_a_class() -> None:
+    """As `_BaseDataLoaderIter.__next__`: `next(it)` and `it.__next__()` get `self`."""
+    rig = Rig()
+
+    class It:
+        def __init__(self) -> None:
+            self.n = 0
+
+        def __next__(self) -> int:
+            self.n += 1
+            return self.n
+
+    It.__next__ = rig.timed(OPTIMIZER, It.__next__)  # type: ignore[method-assign]
+    it = It()
+    assert next(it) == 1
+    assert it.__next__() == 2
+    assert It.__next__(it) == 3
+    assert not rig.errors
+
+
+def test_a_failing_timer_is_handed_to_on_error_and_the_call_goes_on() -> None:
+    rig = Rig()
+    calls: list[int] = []
+
+    def broken_after() -> None:
+        raise RuntimeError("TraceML broke")
+
+    def work() -> str:
+        calls.append(1)
+        return "ok"
+
+    timed = rig.timed(BACKWARD, work, after=broken_after)
+    assert timed() == "ok"
+    assert calls == [1]
+    assert [str(e) for e in rig.errors] == ["TraceML broke"]
+    assert rig.errors[0].__traceback__ is not None
+
+
+def test_edges_time_the_optimizer_and_note_each_new_class() -> None:
+    rig = Rig()
+    noted: list[str] = []
+
+    class SGD:
+        pass
+
+    class Adam:
+        pass
+
+    pre = rig.c.Edge(
+        rig.timer, OPTIMIZER, True, rig.errors.append, lambda o: noted.append(type(o).__name__)
+    )
+    post = rig.c.Edge(rig.timer, OPTIMIZER, False, rig.errors.append)
+    rig.timer.enter()
+    for opt in (SGD(), SGD(), Adam(), Adam()):
+        pre(opt, (), {})
+        rig.clock.advance(5)
+        post(opt, (), {})
+    rig.timer.exit()
+    assert rig.out[0].phase_ns[OPTIMIZER] == 20
+    assert noted == ["SGD", "Adam"]
+    assert not rig.errors
+
+
+def test_step_marks_one_step_and_ignores_a_nested_one() -> None:
+    rig = Rig()
+    nested: list[int] = []
+    step = rig.c.Step(rig.timer, lambda: nested.append(1), rig.errors.append)
+    with step:
+        rig.clock.advance(3)
+        with step:
+            rig.clock.advance(4)
+        rig.clock.advance(5)
+    assert [sum(r.phase_ns[OTHER:]) for r in rig.out] == [12]
+    assert nested == [1]
+    with pytest.raises(ZeroDivisionError), step:  # the step never swallows the user's exception
+        1 / 0  # noqa: B018
+    assert len(rig.out) == 2
+
+
+def test_a_failing_step_end_goes_to_on_error_not_the_loop() -> None:
+    rig = Rig()
+
+    def broken_comm() -> int:
+        raise RuntimeError("comm broke")
+
+    rig.timer.use_comm(broken_comm)
+    with rig.c.Step(rig.timer, lambda: None, rig.errors.append):
+        pass
+    assert [str(e) for e in rig.errors] == ["comm broke"]
+
+
+def test_no_reference_is_leaked_on_any_path() -> None:
+    rig = Rig()
+    arg, result = object(), object()
+
+    def ok(x: object) -> object:
+        return result
+
+    def fails(x: object) -> object:
+        raise ValueError(x)
+
+    timed_ok, timed_fails = rig.timed(FORWARD, ok), rig.timed(FORWARD, fails)
+    step = rig.c.Step(rig.timer, lambda: None, rig.errors.append)
+    before = sys.getrefcount(arg), sys.getrefcount(result)
+    for _ in range(1000):
+        with step:
+            timed_ok(arg)
+            try:
+                timed_fails(arg)
+            except ValueError as e:
+                e.__traceback__ = None
+                del e
+    rig.out.clear()
+    assert (sys.getrefcount(arg), sys.getrefcount(result)) == before
+
+
+def random_raw(rng: random.Random, step: int) -> RawStep:
+    phase_ns = tuple(rng.choice([0, rng.randrange(1, 10**9)]) for _ in range(N_PHASES))
+    start = rng.randrange(10**12, 10**13)
+    dev = rng.choice([None, (1.5, None, 3.25), (None, None, None)])
+    return RawStep(
+        step,
+        start,
+        start + sum(phase_ns),
+        phase_ns,
+        rng.randrange(0, 1 << N_PHASES),
+        rng.choice([-1, rng.randrange(0, 10**6)]),
+        None,
+        dev,
+        rng.choice([-1, 0, rng.randrange(1, 2 * 10**9)]),  # longer than backward: clamped
+    )
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_host_records_in_c_equal_the_python_ones(seed: int) -> None:
+    rng = random.Random(seed)
+    raws = [random_raw(rng, i) for i in range(200)]
+    offset = time.time_ns() - time.perf_counter_ns()
+    expected = host_records(raws, 3, offset, 0.00390625)
+    got = host_records_for(c_module())(raws, 3, offset, 0.00390625)
+    assert got == expected
+    assert all(type(rec) is StepRecord for rec in got)
+    assert [rec.phases for rec in got] == [rec.phases for rec in expected]  # None where unseen
+
+
+def test_host_records_in_c_refuse_what_is_not_a_raw_step() -> None:
+    convert = host_records_for(c_module())
+    short: Any = (1, 2, 3)
+    with pytest.raises(TypeError, match="RawStep"):
+        convert([short], 0, 0, 1.0)
+    assert convert([], 0, 0, 1.0) == []
+
+
+def test_c_records_stay_out_of_the_garbage_collector() -> None:
+    """They hold no reference that could close a cycle; tracked, each one that outlives a
+    collection would move up to the oldest generation and bring full collections closer."""
+    out: deque[RawStep] = deque()
+    timer = make_c(out)
+    timer.use_cuda(iter(range(100)).__next__, lambda: (1.0, 2.0, 3.0))  # marks: the CUDA shape
+    timer.enter()
+    timer.exit()
+    assert not gc.is_tracked(out[0])
+    plain = RawStep(0, 0, 1, (0,) * N_PHASES, 0b1000010, -1, None, None)
+    (record,) = host_records_for(c_module())([plain], 0, 0, 1.0)
+    assert not gc.is_tracked(record)
+    assert gc.is_tracked(host_records([plain], 0, 0, 1.0)[0]), "Python cannot untrack its own"
