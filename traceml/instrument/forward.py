@@ -13,8 +13,10 @@ in a root pass straight through (one attribute test, ~0.1 µs). A forward inside
 (activation checkpointing's recompute) stays `backward`, whose cost it is; a forward inside
 `optimizer.step(closure)` (LBFGS) is `forward`, as the timer's innermost-phase rule says.
 
-While dynamo traces a compiled module, `torch.compiler.is_compiling()` is constant True, so the
-traced graph holds only the original call (no graph break, no guard on TraceML's state).
+While dynamo traces a compiled module, `torch.compiler.is_dynamo_compiling()` is constant True,
+so the traced graph holds only the original call (no graph break, no guard on TraceML's state).
+In eager mode it is one Python call returning False; `is_compiling()`, which also says True
+under non-strict export, costs a second call (`torch.jit.is_scripting`) on every root call.
 """
 
 from __future__ import annotations
@@ -87,7 +89,8 @@ def install(torch: Any, timer: Timer, on_error: OnError) -> tuple[RootState, Cal
     module_cls = torch.nn.Module
     original = module_cls.__call__
     state = RootState()
-    ours = make_call(original, timer, state, on_error, torch.compiler.is_compiling)
+    compiling = getattr(torch.compiler, "is_dynamo_compiling", torch.compiler.is_compiling)
+    ours = make_call(original, timer, state, on_error, compiling)
     module_cls.__call__ = ours
 
     def undo() -> None:
