@@ -1,0 +1,178 @@
+"""What TraceML adds per step, measured inside one process: fine enough to resolve a few µs.
+
+Run: .venv/bin/python benchmarks/inloop.py [--width W] [--blocks N] [--steps N]
+
+overhead.py runs every arm as its own process, so the loader, the allocator and the first
+seconds of each process move a 0.4 ms step by tens of µs from one run to the next: it cannot
+resolve a 10 µs target on a shared host. Here one process runs the overhead benchmark's loop
+(the same MLP and DataLoader) in blocks that alternate, in a shuffled order, between:
+
+  bare      no patch installed, no trace_step (TraceML's tx thread idles);
+  C         auto mode with the C timer and wrappers (the default);
+  Python    auto mode with the pure-Python timer and wrappers (TRACEML_C_TIMER=0's path).
+
+Every block is followed by a pause long enough for the tx thread to fold and publish the
+block's last steps, and the block's CPU is read after it, so `CPU` holds every thread's work
+for those steps (the training thread's wrappers, the tx thread's conversion, fold, packing and
+publishing). `mean` and `p99` are the steps' own wall times. Figures are µs added per step
+against bare; `noise`, beside them, is the difference between the means of two sets of bare
+blocks (every other one), what the same arm moves by within this run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import shutil
+import statistics
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from _common import Loop, pct
+
+PAUSE_S = 0.6
+"""After a block: two of the tx thread's 0.25 s ticks, so its work for the block is done."""
+
+
+def arms(summary: Path) -> dict[str, Any]:
+    """Each arm's (hooks, step context, timer), set up once on one session; both timers feed
+    the session's queue, so its tx thread folds their steps as a run's; `bare` is all None."""
+    import torch
+
+    import traceml
+    from traceml import api
+    from traceml.instrument.hooks import Hooks
+    from traceml.instrument.timer import RawStep, StepTimer, native
+
+    traceml.init(mode="auto", summary=summary)
+    session = api.current_session()
+    assert session is not None
+    session.hooks.remove()
+    out, rss, on_error = session.raw, session.rss.pages, session.on_error
+    skip = frozenset({"h2d", "comm"})
+    result: dict[str, Any] = {"bare": (None, None, None)}
+    c = native()
+    if c is not None:
+        timer = c.StepTimer(out, RawStep, read_rss=rss)
+        result["C"] = (Hooks(timer, on_error, skip), c.Step(timer, lambda: None, on_error), timer)
+    py = StepTimer(out, read_rss=rss)
+    ctx = api.StepContext(session)
+    ctx._timer = py  # the session's own timer is the C one
+    result["Python"] = (Hooks(py, on_error, skip), ctx, py)
+    result["_torch"] = torch
+    return result
+
+
+def quiet_shutdown() -> None:
+    """End the session without its card on stderr (fd 2): it is not this benchmark's output."""
+    import traceml
+
+    saved = os.dup(2)
+    with open(os.devnull, "w") as null:
+        os.dup2(null.fileno(), 2)
+        try:
+            traceml.shutdown()
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+
+
+def run_block(loop: Loop, steps: int, ctx: Any) -> tuple[list[float], float]:
+    """Per-step wall µs of `steps` steps, and the process CPU s up to the end of the pause."""
+    cpu0 = time.process_time()
+    times: list[float] = []
+    it = iter(loop.loader)
+    t_prev = time.perf_counter()
+    while len(times) < steps:
+        try:
+            x, y = next(it)
+        except StopIteration:
+            it = iter(loop.loader)
+            continue
+        if ctx is None:
+            loop.step(x, y)
+        else:
+            with ctx:
+                loop.step(x, y)
+        now = time.perf_counter()
+        times.append((now - t_prev) * 1e6)
+        t_prev = now
+    time.sleep(PAUSE_S)
+    return times, time.process_time() - cpu0
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
+    ap.add_argument("--width", type=int, default=16, help="MLP width (16: ~0.4 ms a step here)")
+    ap.add_argument("--blocks", type=int, default=8, help="blocks per arm")
+    ap.add_argument("--steps", type=int, default=3000, help="steps per block")
+    a = ap.parse_args()
+    if a.blocks < 2:
+        ap.error("--blocks must be at least 2 (the noise compares two sets of bare blocks)")
+    import torch
+
+    torch.set_num_threads(1)
+    loop = Loop(a.width, 32)
+    tmp = Path(tempfile.mkdtemp(prefix="traceml-inloop-"))
+    setups = arms(tmp / "final_summary.json")
+    torch = setups.pop("_torch")
+    names = list(setups)
+    rng = random.Random(0)
+    order = [n for _ in range(a.blocks) for n in rng.sample(names, len(names))]
+    walls: dict[str, list[list[float]]] = {n: [] for n in names}
+    cpus: dict[str, list[float]] = {n: [] for n in names}
+    step = 0
+    for name in names + order:  # one warm-up block of each arm first, not counted
+        hooks, ctx, timer = setups[name]
+        for other in setups.values():
+            if other[0] is not None:
+                other[0].remove()
+        if hooks is not None:
+            hooks.install_auto(torch, h2d=False)
+            hooks.watch_model(loop.model)
+            timer.step = step  # one ascending run of steps, as one timer would give
+            timer.rest()  # the pause and the other arms' blocks are in no step
+        times, cpu = run_block(loop, a.steps, ctx)
+        step = timer.step if timer is not None else step
+        walls[name].append(times)
+        cpus[name].append(cpu)
+    for name in names:
+        walls[name], cpus[name] = walls[name][1:], cpus[name][1:]
+    quiet_shutdown()
+    shutil.rmtree(tmp, ignore_errors=True)
+
+    def mean(name: str) -> float:
+        return statistics.fmean(t for block in walls[name] for t in block)
+
+    def p99(name: str) -> float:
+        return pct([t for block in walls[name] for t in block], 0.99)
+
+    def cpu(name: str) -> float:
+        return sum(cpus[name]) / (len(cpus[name]) * a.steps) * 1e6
+
+    bare_means = [statistics.fmean(t for b in walls["bare"][i::2] for t in b) for i in (0, 1)]
+    bare_cpus = [
+        sum(cpus["bare"][i::2]) / (len(cpus["bare"][i::2]) * a.steps) * 1e6 for i in (0, 1)
+    ]
+    noise_mean = abs(bare_means[0] - bare_means[1])
+    noise_cpu = abs(bare_cpus[0] - bare_cpus[1])
+    print(
+        f"in one process, MLP width {a.width}: {a.blocks} blocks x {a.steps} steps per arm, "
+        "shuffled; µs per step (bare absolute, others added; noise = bare vs bare)"
+    )
+    print(f"  {'':10s} {'mean step':>18s} {'p99 step':>16s} {'CPU, all threads':>20s}")
+    b_mean, b_p99, b_cpu = mean("bare"), p99("bare"), cpu("bare")
+    print(f"  {'bare':10s} {b_mean:18.1f} {b_p99:16.0f} {b_cpu:20.1f}")
+    for name in names[1:]:
+        print(
+            f"  {name:10s} {mean(name) - b_mean:+10.1f} ({noise_mean:4.1f})"
+            f" {(p99(name) / b_p99 - 1) * 100:+10.0f} %    "
+            f" {cpu(name) - b_cpu:+12.1f} ({noise_cpu:4.1f})"
+        )
+
+
+if __name__ == "__main__":
+    main()
