@@ -9,7 +9,10 @@ resolve a 10 µs target on a shared host. Here one process runs the overhead ben
 
   bare      no patch installed, no trace_step (TraceML's tx thread idles);
   C         auto mode with the C timer and wrappers (the default);
-  Python    auto mode with the pure-Python timer and wrappers (TRACEML_C_TIMER=0's path).
+  Python    auto mode with the pure-Python timer and wrappers (TRACEML_C_TIMER=0's path);
+
+or, with --parts, the C path's parts: `trace_step` with no patch installed, then `trace_step`
+with one patch (dataloader, forward, backward, optimizer) at a time.
 
 Every block is followed by a pause long enough for the tx thread to fold and publish the
 block's last steps, and the block's CPU is read after it, so `CPU` holds every thread's work
@@ -37,13 +40,14 @@ PAUSE_S = 0.6
 """After a block: two of the tx thread's 0.25 s ticks, so its work for the block is done."""
 
 
-def arms(summary: Path) -> dict[str, Any]:
+def arms(summary: Path, parts: bool) -> dict[str, Any]:
     """Each arm's (hooks, step context, timer), set up once on one session; both timers feed
     the session's queue, so its tx thread folds their steps as a run's; `bare` is all None."""
     import torch
 
     import traceml
     from traceml import api
+    from traceml.config import PATCHES
     from traceml.instrument.hooks import Hooks
     from traceml.instrument.timer import RawStep, StepTimer, native
 
@@ -53,16 +57,22 @@ def arms(summary: Path) -> dict[str, Any]:
     session.hooks.remove()
     out, rss, on_error = session.raw, session.rss.pages, session.on_error
     skip = frozenset({"h2d", "comm"})
-    result: dict[str, Any] = {"bare": (None, None, None)}
+    result: dict[str, Any] = {"bare": (None, None, None), "_torch": torch}
     c = native()
     if c is not None:
         timer = c.StepTimer(out, RawStep, read_rss=rss)
-        result["C"] = (Hooks(timer, on_error, skip), c.Step(timer, lambda: None, on_error), timer)
+        step = c.Step(timer, lambda: None, on_error)
+        result["C"] = (Hooks(timer, on_error, skip), step, timer)
+        if parts:  # the C path's parts: trace_step alone, then one patch at a time
+            every = frozenset(PATCHES)
+            result["trace_step"] = (Hooks(timer, on_error, every), step, timer)
+            for name in ("dataloader", "forward", "backward", "optimizer"):
+                result[f"+{name}"] = (Hooks(timer, on_error, every - {name}), step, timer)
+            return result
     py = StepTimer(out, read_rss=rss)
     ctx = api.StepContext(session)
     ctx._timer = py  # the session's own timer is the C one
     result["Python"] = (Hooks(py, on_error, skip), ctx, py)
-    result["_torch"] = torch
     return result
 
 
@@ -109,6 +119,9 @@ def main() -> None:
     ap.add_argument("--width", type=int, default=16, help="MLP width (16: ~0.4 ms a step here)")
     ap.add_argument("--blocks", type=int, default=8, help="blocks per arm")
     ap.add_argument("--steps", type=int, default=3000, help="steps per block")
+    ap.add_argument(
+        "--parts", action="store_true", help="C arms only: trace_step alone, then each patch alone"
+    )
     a = ap.parse_args()
     if a.blocks < 2:
         ap.error("--blocks must be at least 2 (the noise compares two sets of bare blocks)")
@@ -117,7 +130,7 @@ def main() -> None:
     torch.set_num_threads(1)
     loop = Loop(a.width, 32)
     tmp = Path(tempfile.mkdtemp(prefix="traceml-inloop-"))
-    setups = arms(tmp / "final_summary.json")
+    setups = arms(tmp / "final_summary.json", a.parts)
     torch = setups.pop("_torch")
     names = list(setups)
     rng = random.Random(0)

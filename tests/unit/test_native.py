@@ -31,6 +31,7 @@ from traceml.instrument.timer import (
     StepTimer,
     Timer,
     native,
+    native_for,
     new_timer,
 )
 from traceml.records import StepRecord
@@ -46,6 +47,22 @@ def test_the_c_timer_is_built_and_chosen_unless_turned_off() -> None:
     c = c_module()
     assert isinstance(new_timer(deque()), c.StepTimer)
     assert isinstance(new_timer(deque(), native_ok=False), StepTimer)
+
+
+def test_without_the_c_build_the_python_timer_serves(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An install without a compiler has no _native module: nothing fails, Python serves."""
+    monkeypatch.setitem(sys.modules, "traceml.instrument._native", None)  # import -> ImportError
+    assert native() is None
+    timer = new_timer(deque())
+    assert isinstance(timer, StepTimer)
+    assert native_for(timer) is None
+    assert host_records_for(native()) is host_records
+
+
+def test_a_stale_build_is_not_used(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A .so built from other phase constants than timer.py's would mislabel every phase."""
+    monkeypatch.setattr(c_module(), "N_PHASES", N_PHASES + 1)
+    assert native() is None
 
 
 def drive(timer: Timer, clock: FakeClock, ops: list[tuple[str, int]]) -> list[Any]:

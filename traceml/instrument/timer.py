@@ -16,6 +16,7 @@ sum to its wall time, from the end of the previous step to the end of this one.
 
 from __future__ import annotations
 
+import importlib
 import time
 from collections import deque
 from collections.abc import Callable
@@ -246,13 +247,13 @@ def native() -> ModuleType | None:
     """The built C timer module (traceml/instrument/_native.c), or None when it is not built (no
     compiler at install) or was built from other constants than this module's (a stale build)."""
     try:
-        from traceml.instrument import _native
+        c = importlib.import_module("traceml.instrument._native")
     except ImportError:
         return None
-    built = (_native.N_PHASES, _native.BETWEEN, _native.OTHER, _native.RSS_INTERVAL_NS)
+    built = (c.N_PHASES, c.BETWEEN, c.OTHER, c.RSS_INTERVAL_NS)
     if built != (N_PHASES, BETWEEN, OTHER, RSS_INTERVAL_NS):
         return None
-    return _native
+    return c
 
 
 def native_for(timer: Timer) -> ModuleType | None:
