@@ -39,8 +39,11 @@ class Loop:
         self.torch.nn.functional.mse_loss(self.model(x), y).backward()
         self.opt.step()
 
-    def block(self, steps: int, traced: bool) -> list[float]:
-        """Per-step wall times (µs), end of one step to end of the next, as TraceML cuts them."""
+    def block(self, steps: int, traced: bool = False, ctx: Any = None) -> list[float]:
+        """Per-step wall times (µs), end of one step to end of the next, as TraceML cuts them.
+
+        `traced`: each step in `traceml.trace_step(model)`; `ctx`: each step in this context
+        manager instead (inloop.py's arms hold theirs)."""
         import traceml
 
         times: list[float] = []
@@ -52,7 +55,10 @@ class Loop:
             except StopIteration:
                 it = iter(self.loader)
                 continue
-            if traced:
+            if ctx is not None:
+                with ctx:
+                    self.step(x, y)
+            elif traced:
                 with traceml.trace_step(self.model):
                     self.step(x, y)
             else:

@@ -93,23 +93,7 @@ def quiet_shutdown() -> None:
 def run_block(loop: Loop, steps: int, ctx: Any) -> tuple[list[float], float]:
     """Per-step wall µs of `steps` steps, and the process CPU s up to the end of the pause."""
     cpu0 = time.process_time()
-    times: list[float] = []
-    it = iter(loop.loader)
-    t_prev = time.perf_counter()
-    while len(times) < steps:
-        try:
-            x, y = next(it)
-        except StopIteration:
-            it = iter(loop.loader)
-            continue
-        if ctx is None:
-            loop.step(x, y)
-        else:
-            with ctx:
-                loop.step(x, y)
-        now = time.perf_counter()
-        times.append((now - t_prev) * 1e6)
-        t_prev = now
+    times = loop.block(steps, ctx=ctx)
     time.sleep(PAUSE_S)
     return times, time.process_time() - cpu0
 
