@@ -57,7 +57,7 @@ def arms(summary: Path, parts: bool) -> dict[str, Any]:
     session.hooks.remove()
     out, rss, on_error = session.raw, session.rss.pages, session.on_error
     skip = frozenset({"h2d", "comm"})
-    result: dict[str, Any] = {"bare": (None, None, None), "_torch": torch}
+    result: dict[str, Any] = {"bare": (None, None, None), "_torch": torch, "_session": session}
     c = native()
     if c is not None:
         timer = c.StepTimer(out, RawStep, read_rss=rss)
@@ -90,10 +90,10 @@ def quiet_shutdown() -> None:
             os.close(saved)
 
 
-def run_block(loop: Loop, steps: int, ctx: Any) -> tuple[list[float], float]:
+def run_block(loop: Loop, steps: int, traced: bool) -> tuple[list[float], float]:
     """Per-step wall µs of `steps` steps, and the process CPU s up to the end of the pause."""
     cpu0 = time.process_time()
-    times = loop.block(steps, ctx=ctx)
+    times = loop.block(steps, traced)
     time.sleep(PAUSE_S)
     return times, time.process_time() - cpu0
 
@@ -116,6 +116,7 @@ def main() -> None:
     tmp = Path(tempfile.mkdtemp(prefix="traceml-inloop-"))
     setups = arms(tmp / "final_summary.json", a.parts)
     torch = setups.pop("_torch")
+    session = setups.pop("_session")
     names = list(setups)
     rng = random.Random(0)
     order = [n for _ in range(a.blocks) for n in rng.sample(names, len(names))]
@@ -132,7 +133,10 @@ def main() -> None:
             hooks.watch_model(loop.model)
             timer.step = step  # one ascending run of steps, as one timer would give
             timer.rest()  # the pause and the other arms' blocks are in no step
-        times, cpu = run_block(loop, a.steps, ctx)
+            # Every arm's steps go through `traceml.trace_step(model)`, as a user's do: the
+            # session hands out this arm's context and reads this arm's timer.
+            session.step_ctx, session.timer = ctx, timer
+        times, cpu = run_block(loop, a.steps, traced=hooks is not None)
         step = timer.step if timer is not None else step
         walls[name].append(times)
         cpus[name].append(cpu)
