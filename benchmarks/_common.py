@@ -22,6 +22,7 @@ class Loop:
 
         torch.manual_seed(0)
         self.torch: Any = torch
+        self.width = width
         mlp = torch.nn.Sequential(
             torch.nn.Linear(64, width),
             torch.nn.ReLU(),

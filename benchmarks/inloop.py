@@ -76,6 +76,49 @@ def arms(summary: Path, parts: bool) -> dict[str, Any]:
     return result
 
 
+def tx_parts(loop: Loop, steps: int, summary: Path) -> None:
+    """The tx thread's own CPU (thread time) in each of its parts, per step of a traced run in
+    auto mode (the session's own timer: the C one when built)."""
+    import traceml
+    from traceml.analysis.store import RunStore
+    from traceml.instrument.worker import TxWorker
+    from traceml.transport.publish.publisher import Publisher
+
+    spent: dict[str, int] = {}
+
+    def timed(name: str, owner: Any, attr: str) -> None:
+        original = getattr(owner, attr)
+
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            t0 = time.thread_time_ns()
+            try:
+                return original(*args, **kwargs)
+            finally:
+                spent[name] = spent.get(name, 0) + time.thread_time_ns() - t0
+
+        setattr(owner, attr, wrapper)
+
+    parts = [
+        ("RawSteps to StepRecords", TxWorker, "_take"),
+        ("RunStore fold", RunStore, "add_steps"),
+        ("publish steps (pack, send)", Publisher, "send_steps"),
+        ("publisher service", Publisher, "service"),
+        ("system sample, heartbeat finding", TxWorker, "_sample"),
+        ("tick (all but the sample)", TxWorker, "_tick"),
+    ]
+    for name, owner, attr in parts:
+        timed(name, owner, attr)
+    traceml.init(mode="auto", summary=summary)
+    loop.block(steps, traced=True)
+    time.sleep(PAUSE_S)
+    quiet_shutdown()
+    print(f"tx thread CPU per step, {steps:,} traced steps (MLP width {loop.width}), µs:")
+    for name, _, _ in parts:
+        print(f"  {name:36s} {spent.get(name, 0) / steps / 1e3:6.2f}")
+    total = spent.get(parts[-1][0], 0) + spent.get(parts[-2][0], 0)
+    print(f"  {'in all':36s} {total / steps / 1e3:6.2f}")
+
+
 def quiet_shutdown() -> None:
     """End the session without its card on stderr (fd 2): it is not this benchmark's output."""
     import traceml
@@ -106,6 +149,9 @@ def main() -> None:
     ap.add_argument(
         "--parts", action="store_true", help="C arms only: trace_step alone, then each patch alone"
     )
+    ap.add_argument(
+        "--tx", type=int, metavar="STEPS", help="only the tx thread's CPU per part, over STEPS"
+    )
     a = ap.parse_args()
     if a.blocks < 2:
         ap.error("--blocks must be at least 2 (the noise compares two sets of bare blocks)")
@@ -114,6 +160,10 @@ def main() -> None:
     torch.set_num_threads(1)
     loop = Loop(a.width, 32)
     tmp = Path(tempfile.mkdtemp(prefix="traceml-inloop-"))
+    if a.tx:
+        tx_parts(loop, a.tx, tmp / "final_summary.json")
+        shutil.rmtree(tmp, ignore_errors=True)
+        return
     setups = arms(tmp / "final_summary.json", a.parts)
     torch = setups.pop("_torch")
     session = setups.pop("_session")
