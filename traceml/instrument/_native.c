@@ -708,7 +708,6 @@ Timed_dealloc(Timed *self)
 
 static PyMemberDef Timed_members[] = {
     {"__wrapped__", T_OBJECT, offsetof(Timed, original), READONLY, "The wrapped callable."},
-    {"__vectorcalloffset__", T_PYSSIZET, offsetof(Timed, vectorcall), READONLY, NULL},
     {NULL, 0, 0, 0, NULL},
 };
 
@@ -812,11 +811,6 @@ Edge_dealloc(Edge *self)
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
-static PyMemberDef Edge_members[] = {
-    {"__vectorcalloffset__", T_PYSSIZET, offsetof(Edge, vectorcall), READONLY, NULL},
-    {NULL, 0, 0, 0, NULL},
-};
-
 static PyTypeObject EdgeType = {
     PyVarObject_HEAD_INIT(NULL, 0)
     .tp_name = "traceml.instrument._native.Edge",
@@ -830,7 +824,6 @@ static PyTypeObject EdgeType = {
     .tp_dealloc = (destructor)Edge_dealloc,
     .tp_traverse = (traverseproc)Edge_traverse,
     .tp_clear = (inquiry)Edge_clear,
-    .tp_members = Edge_members,
 };
 
 /* Step(timer, on_nested, on_error): what `trace_step` returns (as api.StepContext). A nested
@@ -998,11 +991,16 @@ host_record(PyObject *raw, PyObject *rank, long long wall_offset_ns, double page
         PyErr_SetString(PyExc_TypeError, "a RawStep of 9 fields was expected");
         return NULL;
     }
-    long long start = item_ll(raw, 1), end = item_ll(raw, 2), seen = item_ll(raw, 4);
-    long long rss = item_ll(raw, 5), comm = item_ll(raw, 8);
-    if (PyErr_Occurred()) {
-        return NULL;
+    /* start_ns, end_ns, seen, rss_pages, comm_ns: RawStep fields 1, 2, 4, 5 and 8. */
+    static const Py_ssize_t at[5] = {1, 2, 4, 5, 8};
+    long long v[5];
+    for (int i = 0; i < 5; i++) {
+        v[i] = item_ll(raw, at[i]);
+        if (v[i] == -1 && PyErr_Occurred()) {
+            return NULL;
+        }
     }
+    long long start = v[0], end = v[1], seen = v[2], rss = v[3], comm = v[4];
     PyObject *dev = PyTuple_GET_ITEM(raw, 7);
     if (dev != Py_None && (!PyTuple_Check(dev) || PyTuple_GET_SIZE(dev) != 3)) {
         PyErr_SetString(PyExc_TypeError, "device_mem must be None or a 3-tuple");
