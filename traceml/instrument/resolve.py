@@ -14,11 +14,9 @@ from types import ModuleType
 from typing import Any
 
 from traceml.instrument.timer import BACKWARD, N_PHASES, RawStep
-from traceml.records import StepRecord
+from traceml.records import StepRecord, step_record_of
 
 NS_PER_MS = 1_000_000.0
-_new_record = tuple.__new__
-"""Builds a StepRecord from all its fields without the NamedTuple's Python-level __new__."""
 HostRecords = Callable[[Sequence[RawStep], int, int, float], list[StepRecord]]
 """`host_records`' signature: (raws, rank, wall_offset_ns, page_mb) -> records."""
 
@@ -115,7 +113,7 @@ def host_records(
             comm_ms,
             None,  # held_ms: the caller adds it to the few steps that have one
         )
-        append(_new_record(StepRecord, record))
+        append(step_record_of(record))
     return out
 
 

@@ -15,7 +15,7 @@ from typing import Any, Literal
 import msgpack
 
 from traceml.errors import SchemaError
-from traceml.records import WIRE_VERSION, StepRecord
+from traceml.records import WIRE_VERSION, StepRecord, step_record_of
 
 FRAME_VERSION = 1
 """Version of frame headers; a viewer refuses frames of any other version with a clear error."""
@@ -157,7 +157,6 @@ _NUMBER = frozenset((float, int, type(None)))
 _CLOCKS = frozenset(("host", "cuda"))
 _MISSING = ((None, None), (None,))
 """The optional trailing fields (comm wait, held) a wire record of 11 or 12 fields leaves out."""
-_new_record = tuple.__new__
 _NON_FINITE_64 = re.compile(rb"\xcb[\x7f\xff][\xf0-\xff]")
 _NON_FINITE_32 = re.compile(rb"\xca[\x7f\xff][\x80-\xff]")
 """msgpack float64/float32 whose exponent bits are all ones: NaN or infinity (or, rarely, the
@@ -194,7 +193,7 @@ def step_from_wire(w: Any, finite: bool = False) -> StepRecord:
         and _NUMBER.issuperset(map(type, w[7:]))
     ):
         fields = w[1:] if len(w) == 13 else w[1:] + _MISSING[len(w) - 11]
-        return _new_record(StepRecord, fields)
+        return step_record_of(fields)
     return StepRecord.from_wire(w)
 
 
