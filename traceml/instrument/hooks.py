@@ -103,25 +103,24 @@ class Hooks:
 
     def _install_optimizer(self, torch: Any) -> None:
         timer, on_error, seen = self._timer, self._on_error, self.optimizers
-        last: list[type] = [type(None)]
         opt = importlib.import_module("torch.optim.optimizer")
+
+        def note(optimizer: Any) -> None:  # the findings' advice depends on the class
+            seen.setdefault(type(optimizer).__name__)
+
         c = native_for(timer)
         if c is not None:  # the same hooks in C; `note` runs when the optimizer's class changes
-            self._hook_optimizer(
-                opt,
-                c.Edge(
-                    timer, OPTIMIZER, True, on_error, lambda o: seen.setdefault(type(o).__name__)
-                ),
-                c.Edge(timer, OPTIMIZER, False, on_error),
-            )
+            pre = c.Edge(timer, OPTIMIZER, True, on_error, note)
+            self._hook_optimizer(opt, pre, c.Edge(timer, OPTIMIZER, False, on_error))
             return
+        last: list[type] = [type(None)]
 
-        def pre(opt: Any, _args: Any, _kwargs: Any) -> None:
+        def pre_py(optimizer: Any, _args: Any, _kwargs: Any) -> None:
             try:
                 timer.begin(OPTIMIZER)
-                if type(opt) is not last[0]:  # the findings' advice depends on the class
-                    last[0] = type(opt)
-                    seen.setdefault(type(opt).__name__)
+                if type(optimizer) is not last[0]:
+                    last[0] = type(optimizer)
+                    note(optimizer)
             except Exception as e:  # noqa: BLE001
                 on_error(e)
 
@@ -131,7 +130,7 @@ class Hooks:
             except Exception as e:  # noqa: BLE001
                 on_error(e)
 
-        self._hook_optimizer(opt, pre, post)
+        self._hook_optimizer(opt, pre_py, post)
 
     def _hook_optimizer(
         self, opt: Any, pre: Callable[..., None], post: Callable[..., None]
