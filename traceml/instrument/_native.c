@@ -549,17 +549,13 @@ static PyTypeObject TimerType = {
 
 /* ---- wrappers: the hooks' per-call work, without a Python frame --------------------------- */
 
-/* TraceML failed inside a wrapper: hand the exception to `on_error` (which warns once and takes
- * every hook away) and clear it, so the user's call goes on. Only Exception subclasses, as the
- * Python wrappers' `except Exception`: returns -1 with anything else (KeyboardInterrupt) still set. */
-static int
-report(PyObject *on_error)
+/* Takes the pending exception as one object with its traceback (PyErr_GetRaisedException, which
+ * CPython has from 3.12 on, written out for the versions before). */
+static PyObject *
+take_raised(void)
 {
-    if (!PyErr_ExceptionMatches(PyExc_Exception)) {
-        return -1;
-    }
 #if PY_VERSION_HEX >= 0x030C0000
-    PyObject *exc = PyErr_GetRaisedException();
+    return PyErr_GetRaisedException();
 #else
     PyObject *type, *exc, *tb;
     PyErr_Fetch(&type, &exc, &tb);
@@ -569,7 +565,31 @@ report(PyObject *on_error)
     }
     Py_XDECREF(type);
     Py_XDECREF(tb);
+    return exc;
 #endif
+}
+
+/* Raises `exc` again (take_raised's inverse); steals the reference. */
+static void
+restore_raised(PyObject *exc)
+{
+#if PY_VERSION_HEX >= 0x030C0000
+    PyErr_SetRaisedException(exc);
+#else
+    PyErr_Restore(Py_NewRef((PyObject *)Py_TYPE(exc)), exc, PyException_GetTraceback(exc));
+#endif
+}
+
+/* TraceML failed inside a wrapper: hand the exception to `on_error` (which warns once and takes
+ * every hook away) and clear it, so the user's call goes on. Only Exception subclasses, as the
+ * Python wrappers' `except Exception`: returns -1 with anything else (KeyboardInterrupt) still set. */
+static int
+report(PyObject *on_error)
+{
+    if (!PyErr_ExceptionMatches(PyExc_Exception)) {
+        return -1;
+    }
+    PyObject *exc = take_raised();
     PyObject *r = PyObject_CallOneArg(on_error, exc);
     Py_XDECREF(exc);
     if (r == NULL) {
@@ -618,14 +638,7 @@ Timed_vectorcall(Timed *self, PyObject *const *args, size_t nargsf, PyObject *kw
     }
     PyObject *result = PyObject_Vectorcall(self->original, args, nargsf, kwnames);
     /* Keep the call's own exception aside while the phase ends (as `finally:` does). */
-#if PY_VERSION_HEX >= 0x030C0000
-    PyObject *raised = result == NULL ? PyErr_GetRaisedException() : NULL;
-#else
-    PyObject *etype = NULL, *raised = NULL, *etb = NULL;
-    if (result == NULL) {
-        PyErr_Fetch(&etype, &raised, &etb);
-    }
-#endif
+    PyObject *raised = result == NULL ? take_raised() : NULL;
     int ok = timer_end(self->timer) == 0;
     if (ok && self->after != NULL) {
         PyObject *r = PyObject_CallNoArgs(self->after);
@@ -634,25 +647,12 @@ Timed_vectorcall(Timed *self, PyObject *const *args, size_t nargsf, PyObject *kw
     }
     if (!ok && report(self->on_error) < 0) {
         Py_XDECREF(result);
-        result = NULL;
-#if PY_VERSION_HEX >= 0x030C0000
         Py_XDECREF(raised);
-#else
-        Py_XDECREF(etype);
-        Py_XDECREF(raised);
-        Py_XDECREF(etb);
-#endif
         return NULL;
     }
-#if PY_VERSION_HEX >= 0x030C0000
     if (raised != NULL) {
-        PyErr_SetRaisedException(raised);
+        restore_raised(raised);
     }
-#else
-    if (result == NULL) {
-        PyErr_Restore(etype, raised, etb);
-    }
-#endif
     return result;
 }
 
