@@ -120,10 +120,10 @@ def test_the_feed_paces_snapshots() -> None:
     feed.tick()
     assert len(posted) == 2 and posted[-1].view.total_steps == 10
     assert feed.last_data_at == 100.1
-    now.now += feed_module.INTERVAL_S
+    now.now += feed_module.IDLE_S / 2
     feed.tick()
     assert len(posted) == 2, "no new data: nothing until IDLE_S"
-    now.now += feed_module.IDLE_S
+    now.now += feed_module.IDLE_S / 2
     feed.tick()
     assert len(posted) == 3, "ages and states still move once a second"
 
@@ -139,8 +139,8 @@ def test_a_costly_drawing_spaces_the_next_snapshots() -> None:
     drawn = [0.0]
     feed = Feed(CannedSource(), lambda snap: None, draw_s=lambda: drawn[0])
     assert feed.interval_s == feed_module.INTERVAL_S
-    drawn[0] = 0.12
-    assert feed.interval_s == pytest.approx(0.12 / feed_module.DRAW_SHARE)
+    drawn[0] = 0.3
+    assert feed.interval_s == pytest.approx(0.3 / feed_module.DRAW_SHARE)
     drawn[0] = 4.0  # one huge draw (a 1,000-row table's first) must not freeze the display
     assert feed.interval_s == feed_module.MAX_INTERVAL_S
 
