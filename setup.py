@@ -1,7 +1,9 @@
-"""Only the optional C step timer; everything else is in pyproject.toml.
+"""Only the optional C parts; everything else is in pyproject.toml.
 
-`optional=True`: without a C compiler the install still succeeds and TraceML uses the
-pure-Python timer (traceml.instrument.timer), which behaves the same, a few µs a step slower.
+`optional=True`: without a C compiler the install still succeeds and TraceML uses the Python
+references, which behave the same (the same records, the same floats), a few µs a step slower:
+the step timer and wrappers (traceml.instrument.timer, hooks) and the timeline's fold
+(traceml.analysis.timeline).
 """
 
 from setuptools import Extension, setup
@@ -12,6 +14,11 @@ setup(
             "traceml.instrument._native",
             ["traceml/instrument/_native.c"],
             optional=True,
-        )
+        ),
+        Extension(
+            "traceml.analysis._fold",
+            ["traceml/analysis/_fold.c"],
+            optional=True,
+        ),
     ]
 )

@@ -92,6 +92,13 @@ class Settings:
     """Use the C step timer when it is built (TRACEML_C_TIMER=0: the pure-Python one)."""
 
 
+def c_enabled(env: Mapping[str, str] | None = None) -> bool:
+    """TRACEML_C_TIMER (default on): whether TraceML's C parts, where built, may be used: the
+    step timer and wrappers (Settings.c_timer) and the timeline's fold. Off, everything runs its
+    Python reference, which gives the same records and the same floats."""
+    return _flag(os.environ if env is None else env, "TRACEML_C_TIMER", True)
+
+
 PATCHES: tuple[str, ...] = ("dataloader", "forward", "backward", "optimizer", "h2d", "comm")
 """What auto mode patches or hooks, by the name TRACEML_SKIP uses (README: What TraceML touches)."""
 
@@ -130,7 +137,7 @@ def settings_from_env(mode: str = "auto", env: Mapping[str, str] | None = None) 
         listen="tcp" if listen == "tcp" else "ipc",
         insecure=_flag(env, "TRACEML_INSECURE", False),
         skip=parse_skip(env.get("TRACEML_SKIP", "")),
-        c_timer=_flag(env, "TRACEML_C_TIMER", True),
+        c_timer=c_enabled(env),
     )
 
 

@@ -15,10 +15,12 @@ from collections import Counter
 from functools import reduce
 from typing import TYPE_CHECKING, cast
 
+from traceml.analysis.native import fold_module
 from traceml.records import PHASES, Clock, StepRecord, SystemSample
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Sequence
+    from collections.abc import Callable, Iterable, Sequence
+    from types import ModuleType
 
 SERIES_POINTS = 256
 """Most points a BlockSeries keeps; on overflow neighbouring blocks merge and the stride doubles."""
@@ -28,6 +30,15 @@ SLOPE_POINTS = 64
 
 Point = tuple[int, float]
 """(step index, value) of a series."""
+
+
+def _c_module() -> ModuleType | None:
+    """_fold.c (stats_fold, block_fold) when built and allowed, for this module's phases."""
+    c = fold_module()
+    return c if c is not None and len(PHASES) == c.N_PHASES else None
+
+
+_C = _c_module()
 
 
 def total(values: Iterable[float]) -> float:
@@ -289,6 +300,32 @@ class BlockSeries:
         the sums are the same floats. A step that opens a block too many is added alone and the
         blocks halve before the next, exactly as one `add` at a time does.
         """
+
+        def fold(block: list[float], i: int, j: int) -> None:
+            _add_columns(block, steps[i:j], [column[i:j] for column in columns])
+
+        self._add_blocks(steps, fold)
+
+    def add_records(self, steps: list[int], records: list[StepRecord]) -> None:
+        """`add_many(steps, (step ms, host RSS, device allocated))` of `records` (a width-3
+        series, as WindowStats keeps), each block's share folded in C when it is built."""
+        c_fold = _C.block_fold if _C is not None else None
+
+        def fold(block: list[float], i: int, j: int) -> None:
+            if c_fold is None or not c_fold(block, records, i, j):
+                part = records[i:j]
+                columns: list[list[float | None]] = [[r.step_ms for r in part]]
+                columns.append([r.host_rss_mb for r in part])
+                columns.append([r.device_allocated_mb for r in part])
+                _add_columns(block, steps[i:j], columns)
+
+        self._add_blocks(steps, fold)
+
+    def _add_blocks(
+        self, steps: Sequence[int], fold: Callable[[list[float], int, int], None]
+    ) -> None:
+        """Call `fold(block, i, j)` for each run of steps i..j that one block takes, halving
+        the blocks as one `add` at a time would."""
         i, n = 0, len(steps)
         while i < n:
             bid = steps[i] // self.stride
@@ -296,16 +333,7 @@ class BlockSeries:
             block = self._block(bid)
             if len(self._blocks) > self.capacity:
                 j = i + 1
-            block[1] = reduce(operator.add, steps[i:j], block[1])
-            block[2] += j - i
-            for c, column in enumerate(columns):
-                part = column[i:j]
-                if None in part:
-                    part = [v for v in part if v is not None]
-                if part:
-                    at = 3 + 2 * c
-                    block[at] = reduce(operator.add, cast("list[float]", part), block[at])
-                    block[at + 1] += len(part)
+            fold(block, i, j)
             if len(self._blocks) > self.capacity:
                 self._halve()
             i = j
@@ -340,6 +368,22 @@ class BlockSeries:
         while len(out._blocks) > out.capacity:
             out._halve()
         return out
+
+
+def _add_columns(
+    block: list[float], steps: Sequence[int], columns: Sequence[Sequence[float | None]]
+) -> None:
+    """One block takes `steps` and the values of `columns` beside them (None: not measured):
+    the reference that _fold.c's block_fold follows to the bit."""
+    block[1] = reduce(operator.add, steps, block[1])
+    block[2] += len(steps)
+    for c, part in enumerate(columns):
+        if None in part:
+            part = [v for v in part if v is not None]
+        if part:
+            at = 3 + 2 * c
+            block[at] = reduce(operator.add, cast("list[float]", part), block[at])
+            block[at + 1] += len(part)
 
 
 def _coalesce(blocks: list[list[float]], factor: int) -> list[list[float]]:
@@ -404,6 +448,8 @@ class WindowStats:
         one at a time, several times cheaper (a rank folds every step it runs)."""
         if not records:
             return
+        if _C is not None and isinstance(records, list) and self._add_many_c(records):
+            return
         step_ms = [r.step_ms for r in records]
         rss = [r.host_rss_mb for r in records]
         allocated = [r.device_allocated_mb for r in records]
@@ -422,6 +468,39 @@ class WindowStats:
             top = _peak(reserved)
             self.device_peak_reserved_mb = max_opt(self.device_peak_reserved_mb, top)
         self.clock = records[-1].clock
+
+    def _add_many_c(self, records: list[StepRecord]) -> bool:
+        """`add_many` with its per-step arithmetic in C (the same floats); False, nothing
+        changed, when the C fold declines the records (then Python folds them)."""
+        assert _C is not None
+        hist, phases = self.step_hist, self.phases
+        got = _C.stats_fold(
+            records,
+            0,
+            len(records),
+            self.step_total_ms,
+            hist._buckets,
+            hist._log_gamma,
+            phases._ms,
+            phases._step_ms,
+            phases._counts,
+        )
+        if got is None:
+            return False
+        self.step_total_ms, n, zeros, rss_peak, device = got
+        self.count += n
+        hist.count += n
+        hist._zeros += zeros
+        self.series.add_records([r.step for r in records], records)
+        self.host_rss_peak_mb = max_opt(self.host_rss_peak_mb, rss_peak)
+        if device:
+            allocated = [r.device_allocated_mb for r in records]
+            peak = max_opt(_peak([r.device_peak_mb for r in records]), _peak(allocated))
+            self.device_peak_allocated_mb = max_opt(self.device_peak_allocated_mb, peak)
+            top = _peak([r.device_reserved_mb for r in records])
+            self.device_peak_reserved_mb = max_opt(self.device_peak_reserved_mb, top)
+        self.clock = records[-1].clock
+        return True
 
     @property
     def mean_ms(self) -> float | None:

@@ -23,11 +23,12 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 
+from traceml.analysis.native import fold_module
 from traceml.errors import SchemaError
 from traceml.records import PHASES
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Sequence
+    from collections.abc import Callable, Iterable, Sequence
 
     from traceml.records import StepRecord
 
@@ -51,6 +52,19 @@ _ID, _FIRST, _LAST, _N, _SUM, _MAX, _RSS, _RSS_N, _DEV, _DEV_N = range(10)
 _PH = 10
 """Phase sums at _PH + i, their counts at _PH + _NP + i."""
 _SIZE = _PH + 2 * _NP
+
+
+def _c_fold() -> Callable[..., bool] | None:
+    """_fold.c's timeline_fold when built and allowed (native.fold_module) for this module's
+    window layout, else None."""
+    c = fold_module()
+    if c is None or (c.SLOTS, c.N_PHASES) != (_SIZE, _NP):  # another layout: a stale build
+        return None
+    fold: Callable[..., bool] = c.timeline_fold
+    return fold
+
+
+_C_FOLD = _c_fold()
 
 
 @dataclass(frozen=True, slots=True)
@@ -297,6 +311,25 @@ class _Columns:
         self.dev = [r.device_allocated_mb for r in records]
 
 
+def _fold_columns(window: _Open, c: _Columns, i: int, j: int) -> None:
+    """Steps i..j of `c` (all in one window) into `window`, column by column: the reference
+    that _fold.c's timeline_fold follows to the bit."""
+    steps, ms = c.steps[i:j], c.ms[i:j]
+    v = window.nums
+    v[_N] += len(ms)
+    v[_SUM] = _total(ms, v[_SUM])
+    v[_MAX] = max(v[_MAX], *ms)
+    v[_FIRST] = min(v[_FIRST], *steps)
+    v[_LAST] = max(v[_LAST], *steps)
+    for k, column in enumerate(c.phases):
+        _add_column(v, _PH + k, _PH + _NP + k, column[i:j])
+    _add_column(v, _RSS, _RSS_N, c.rss[i:j])
+    _add_column(v, _DEV, _DEV_N, c.dev[i:j])
+    sketch = window.sketch
+    for key, n in _bucket_counts(ms).items():
+        sketch[key] = sketch.get(key, 0) + n
+
+
 class Timeline:
     """One rank's steps in at most `capacity` windows; O(capacity) memory for any run.
 
@@ -338,40 +371,33 @@ class Timeline:
         steps = [r.step for r in pending]
         if not all(map(operator.lt, steps, steps[1:])):  # late or repeated steps: rare
             for _, group in itertools.groupby(pending, key=lambda r: r.step // self.stride):
-                self._fold(_Columns(list(group)), 0, None)
+                records = list(group)
+                self._fold(records, 0, len(records), None)
                 if len(self._open) > self.capacity:
                     self._halve()
             return
-        columns, i, n = _Columns(pending, steps), 0, len(pending)
-        while i < n:  # the columns are taken once; each window folds a slice of them
+        columns = None if _C_FOLD is not None else _Columns(pending, steps)
+        i, n = 0, len(pending)
+        while i < n:  # each window folds a slice of the records (the columns are taken once)
             j = bisect.bisect_left(steps, (steps[i] // self.stride + 1) * self.stride, i, n)
-            self._fold(columns, i, j)
+            self._fold(pending, i, j, columns)
             if len(self._open) > self.capacity:
                 self._halve()
             i = j
 
-    def _fold(self, c: _Columns, i: int, j: int | None) -> None:
-        """Steps i..j of `c` (all in one window), folded column by column."""
-        steps, ms = c.steps[i:j], c.ms[i:j]
-        pos = self._find(steps[0] // self.stride)
+    def _fold(self, records: list[StepRecord], i: int, j: int, columns: _Columns | None) -> None:
+        """Steps i..j of `records` (all in one window) into their window: in C when it is built
+        and takes them (the same floats), else column by column."""
+        pos = self._find(records[i].step // self.stride)
         if self._stale is not None:
             self._stale.add(pos)
         window = self._open[pos]
-        v = window.nums
-        v[_N] += len(ms)
-        v[_SUM] = _total(ms, v[_SUM])
-        v[_MAX] = max(v[_MAX], *ms)
-        v[_FIRST] = min(v[_FIRST], *steps)
-        v[_LAST] = max(v[_LAST], *steps)
-        for k, column in enumerate(c.phases):
-            _add_column(v, _PH + k, _PH + _NP + k, column[i:j])
-        _add_column(v, _RSS, _RSS_N, c.rss[i:j])
-        _add_column(v, _DEV, _DEV_N, c.dev[i:j])
-        sketch = window.sketch
-        for key, n in _bucket_counts(ms).items():
-            sketch[key] = sketch.get(key, 0) + n
-        if len(sketch) > SKETCH_BUCKETS:
-            _collapse(sketch)
+        if _C_FOLD is None or not _C_FOLD(
+            window.nums, window.sketch, records, i, j, _INV_LOG_GAMMA
+        ):
+            _fold_columns(window, columns or _Columns(records), i, j)
+        if len(window.sketch) > SKETCH_BUCKETS:
+            _collapse(window.sketch)
 
     def extend(self, records: Iterable[StepRecord]) -> None:
         """`add` of each record."""

@@ -1,0 +1,267 @@
+"""The C folds (_fold.c) against their Python references: the same state to the bit.
+
+Both folds run the same random runs (ordered ticks, late and repeated steps, phases measured in
+some steps only, missing memory, zero and negative step times, a timeline seeded from a
+snapshot); every open window's numbers and sketch must be equal, and so must the frozen windows.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import random
+import sys
+import types
+from collections.abc import Callable
+
+import pytest
+
+from traceml.analysis import stats, timeline
+from traceml.analysis.stats import PhaseTotals, WindowStats
+from traceml.analysis.store import RunStore
+from traceml.analysis.timeline import Timeline
+from traceml.records import PHASES, StepRecord
+
+c_fold = timeline._c_fold()
+
+
+def test_the_c_fold_is_built_and_chosen() -> None:
+    assert c_fold is not None, "the C fold is not built: run `make install`"
+    assert timeline._C_FOLD is c_fold
+
+
+def test_without_the_c_build_the_python_fold_serves(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "traceml.analysis._fold", None)  # import -> ImportError
+    assert timeline._c_fold() is None
+
+
+def test_a_stale_build_is_not_used(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A .so built for another window layout would write sums into the wrong slots."""
+    stale = types.ModuleType("traceml.analysis._fold")
+    stale.SLOTS, stale.N_PHASES, stale.timeline_fold = 22, 6, c_fold  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "traceml.analysis._fold", stale)
+    assert timeline._c_fold() is None
+
+
+def random_record(step: int, rng: random.Random) -> StepRecord:
+    ms = rng.choice([0.0, -0.5, 1e-9, rng.uniform(0.1, 500.0), rng.lognormvariate(0, 2)])
+    measured = rng.random() < 0.8
+    phases = tuple(
+        rng.uniform(0, ms) if measured and (k % 3 or rng.random() < 0.7) else None
+        for k in range(len(PHASES))
+    )
+    rss = rng.choice([None, rng.uniform(100, 9000)])
+    dev = rng.choice([None, None, rng.uniform(0, 80_000)])
+    return StepRecord(0, step, 0.0, ms, phases, "host", rss, dev)
+
+
+def random_run(rng: random.Random, steps: int) -> list[list[StepRecord]]:
+    """Ticks of records: mostly ascending, sometimes late, repeated or shuffled."""
+    order = list(range(steps))
+    for _ in range(steps // 50):
+        i, j = rng.randrange(steps), rng.randrange(steps)
+        order[i], order[j] = order[j], order[i]
+    order += rng.sample(range(steps), steps // 100)  # repeats
+    records = [random_record(s, rng) for s in order]
+    ticks, i = [], 0
+    while i < len(records):
+        n = rng.choice([1, 3, 40, 255, 256, 700])
+        ticks.append(records[i : i + n])
+        i += n
+    return ticks
+
+
+def fold(
+    ticks: list[list[StepRecord]],
+    fold_fn: Callable[..., bool] | None,
+    seed: Timeline | None,
+    monkeypatch: pytest.MonkeyPatch,
+) -> Timeline:
+    monkeypatch.setattr(timeline, "_C_FOLD", fold_fn)
+    out = Timeline(capacity=16)
+    if seed is not None:
+        out.seed(seed.windows())
+    for tick in ticks:
+        out.extend(tick)
+        out.windows()  # reads flush the pending steps mid-run, as viewers do
+    return out
+
+
+def state(t: Timeline) -> list[tuple[list[float], dict[int, int]]]:
+    t.windows()
+    return [(list(o.nums), dict(o.sketch)) for o in t._open]
+
+
+def same(a: object, b: object) -> bool:
+    """Equal, NaN included (a NaN sum is the same NaN whichever fold made it)."""
+    if isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b):
+        return True
+    return a == b
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_c_and_python_folds_make_the_same_windows(
+    seed: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    rng = random.Random(seed)
+    ticks = random_run(rng, rng.choice([30, 900, 5000]))
+    start = None
+    if seed % 3 == 0:  # a viewer that attached: windows thawed from a snapshot, ints in counts
+        start = fold(random_run(rng, 300), None, None, monkeypatch)
+        ticks = [[r._replace(step=r.step + 300) for r in tick] for tick in ticks]
+    py = fold(ticks, None, start, monkeypatch)
+    c = fold(ticks, c_fold, start, monkeypatch)
+    assert py.stride == c.stride
+    for (py_nums, py_sketch), (c_nums, c_sketch) in zip(state(py), state(c), strict=True):
+        assert all(map(same, py_nums, c_nums)), (py_nums, c_nums)
+        assert py_sketch == c_sketch
+        assert list(py_sketch) == list(c_sketch), "keys in the same order"
+    assert py.windows() == c.windows()
+
+
+def test_input_it_does_not_model_is_declined_untouched() -> None:
+    assert c_fold is not None
+    good = StepRecord(0, 1, 0.0, 2.0, (1.0,) * len(PHASES))
+    for bad in (
+        good._replace(step_ms=math.nan),
+        good._replace(step_ms=math.inf),
+        good._replace(phases=(1.0,) * (len(PHASES) - 1)),
+        good._replace(phases=("x",) * len(PHASES)),  # type: ignore[arg-type]
+        good._replace(host_rss_mb="12"),  # type: ignore[arg-type]
+        (0, 1),
+    ):
+        window = timeline._Open(0)
+        nums, sketch = list(window.nums), dict(window.sketch)
+        assert c_fold(window.nums, window.sketch, [good, bad], 0, 2, 1.0) is False
+        assert window.nums == nums and window.sketch == sketch
+
+
+def test_the_python_fold_raises_what_the_c_fold_declines(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A NaN step time reaches the Python fold, which refuses it as before (the tx thread then
+    steps aside): the C path neither hides nor changes that."""
+    monkeypatch.setattr(timeline, "_C_FOLD", c_fold)
+    t = Timeline()
+    t.extend([StepRecord(0, 0, 0.0, math.nan, (None,) * len(PHASES))])
+    with pytest.raises(ValueError, match="NaN"):
+        t.windows()
+
+
+def test_trace_ml_c_timer_0_turns_the_c_fold_off(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TRACEML_C_TIMER", "0")
+    assert timeline._c_fold() is None
+    monkeypatch.setenv("TRACEML_C_TIMER", "1")
+    assert timeline._c_fold() is c_fold
+
+
+def stats_state(ws: WindowStats) -> tuple[object, ...]:
+    hist, phases = ws.step_hist, ws.phases
+    return (
+        ws.count,
+        ws.step_total_ms,
+        list(hist._buckets.items()),  # keys in the same order too
+        hist._zeros,
+        hist.count,
+        phases._ms,
+        phases._step_ms,
+        phases._counts,
+        ws.series.stride,
+        ws.series._blocks,
+        ws.host_rss_peak_mb,
+        ws.device_peak_allocated_mb,
+        ws.device_peak_reserved_mb,
+        ws.clock,
+    )
+
+
+def with_device(rec: StepRecord, rng: random.Random) -> StepRecord:
+    if rng.random() < 0.7:
+        return rec
+    return rec._replace(
+        clock="cuda",
+        device_allocated_mb=rng.choice([None, rng.uniform(0, 9e4)]),
+        device_reserved_mb=rng.choice([None, rng.uniform(0, 9e4)]),
+        device_peak_mb=rng.choice([None, rng.uniform(0, 9e4)]),
+    )
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_c_and_python_folds_make_the_same_window_stats(
+    seed: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    rng = random.Random(seed)
+    records = [with_device(random_record(s, rng), rng) for s in range(rng.choice([40, 3000]))]
+    if seed % 4 == 0:  # a NaN step time: the C fold declines that batch, Python takes it
+        records[7] = records[7]._replace(step_ms=math.nan)
+    folded = []
+    for module in (None, stats._c_module()):
+        monkeypatch.setattr(stats, "_C", module)
+        ws, i = WindowStats(capacity=8), 0
+        while i < len(records):
+            n = rng.choice([1, 5, 64, 700])
+            ws.add_many(records[i : i + n])
+            i += n
+        folded.append(stats_state(ws))
+    for py, c in zip(*folded, strict=True):
+        if isinstance(py, list) and py and isinstance(py[0], list):
+            assert all(map(same, itertools.chain(*py), itertools.chain(*c))), (py, c)
+        elif isinstance(py, list):
+            assert all(map(same, py, c)), (py, c)
+        else:
+            assert same(py, c), (py, c)
+
+
+def test_the_stats_fold_declines_untouched() -> None:
+    c = stats._c_module()
+    assert c is not None
+    good = StepRecord(0, 1, 0.0, 2.0, (1.0,) * len(PHASES), "host", 5.0)
+    odd = good._replace(host_rss_mb="12")  # type: ignore[arg-type]
+    for bad in (good._replace(step_ms=math.inf), odd, (0, 1)):
+        ws = WindowStats()
+        before = stats_state(ws)
+        hist = ws.step_hist
+        args = (ws.step_total_ms, hist._buckets, hist._log_gamma, *vars_of(ws.phases))
+        assert c.stats_fold([good, bad], 0, 2, *args) is None
+        block = [0.0] * 9
+        assert c.block_fold(block, [good, bad], 0, 2) is False
+        assert stats_state(ws) == before and block == [0.0] * 9
+
+
+def vars_of(phases: PhaseTotals) -> tuple[list[float], list[float], list[int]]:
+    return phases._ms, phases._step_ms, phases._counts
+
+
+def test_a_run_folds_to_the_same_summary_either_way(monkeypatch: pytest.MonkeyPatch) -> None:
+    """End to end: one rank's store, folded by ticks with every C fold and with none."""
+    rng = random.Random(5)
+    records = [random_record(s, rng) for s in range(20_000)]
+    for r in rng.sample(range(20_000), 40):  # spikes
+        records[r] = records[r]._replace(step_ms=records[r].step_ms * 20 + 50)
+    seen = []
+    for on in (False, True):
+        monkeypatch.setattr(stats, "_C", stats._c_module() if on else None)
+        monkeypatch.setattr(timeline, "_C_FOLD", c_fold if on else None)
+        store = RunStore(history_steps=512)
+        for lo in range(0, len(records), 625):
+            store.add_steps(records[lo : lo + 625])
+        seen.append((store.summary_view(), store.live_view(), store.timeline_wire(0)))
+    assert seen[0] == seen[1]
+
+
+@pytest.mark.parametrize("c_on", [False, True])
+def test_a_series_of_records_is_the_series_of_their_columns(
+    c_on: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """BlockSeries.add_records (C per block, or Python when the C fold is absent or declines)
+    against add_many of the same columns, across halvings."""
+    monkeypatch.setattr(stats, "_C", stats._c_module() if c_on else None)
+    rng = random.Random(3)
+    records = [random_record(s, rng) for s in range(2000)]
+    by_records, by_columns = stats.BlockSeries(3, 8), stats.BlockSeries(3, 8)
+    for lo in range(0, len(records), 300):
+        part = records[lo : lo + 300]
+        steps = [r.step for r in part]
+        by_records.add_records(steps, part)
+        columns = ([r.step_ms for r in part], [r.host_rss_mb for r in part])
+        by_columns.add_many(steps, (*columns, [r.device_allocated_mb for r in part]))
+    assert by_records.stride == by_columns.stride > 1
+    assert by_records._blocks == by_columns._blocks

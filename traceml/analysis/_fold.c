@@ -1,0 +1,521 @@
+/* The per-step folds in C, twins of their Python references (which stay the spec):
+ *
+ *   timeline_fold  timeline._fold_columns (one window of the run's timeline);
+ *   stats_fold     stats.WindowStats.add_many's step total, histogram and phase totals;
+ *   block_fold     one block of stats.BlockSeries.add_many.
+ *
+ * Why C: every step a rank runs is folded on its tx thread, and every step of every rank in a
+ * viewer. Column by column in Python these cost 1.7 us a step (benchmarks/fold.py), and 2-3x
+ * that inside a training loop, where the tx thread's Python runs with cold caches and holds the
+ * GIL the training thread waits for. One pass over the records here takes a fraction of that.
+ *
+ * Same floats: every accumulator receives the same additions in the same order as the Python
+ * fold (a sum of a column from the running value, one value at a time), so the two agree to the
+ * bit (tests/unit/test_fold_native.py runs both on random runs). Anything the C path does not
+ * model (a record that is not a tuple of the expected shape, a step time that is not finite, an
+ * accumulator that is not a float) makes it decline (False or None) before it changes anything,
+ * and the caller folds in Python.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <math.h>
+
+/* StepRecord's fields (records.StepRecord, a NamedTuple) */
+#define F_STEP 1
+#define F_STEP_MS 3
+#define F_PHASES 4
+#define F_RSS 6
+#define F_DEV 7
+#define RECORD_FIELDS 8 /* at least these many */
+
+/* An open window's slots (timeline._ID ... _PH; phase sums at PH + i, counts at PH + NP + i) */
+#define S_FIRST 1
+#define S_LAST 2
+#define S_N 3
+#define S_SUM 4
+#define S_MAX 5
+#define S_RSS 6
+#define S_RSS_N 7
+#define S_DEV 8
+#define S_DEV_N 9
+#define S_PH 10
+#define NP 7
+#define SLOTS (S_PH + 2 * NP)
+
+/* A number as the float a Python addition would use: floats as they are, ints converted. 0 when
+ * the object is neither (the C path then declines). */
+static int
+as_double(PyObject *o, double *out)
+{
+    if (PyFloat_Check(o)) {
+        *out = PyFloat_AS_DOUBLE(o);
+        return 1;
+    }
+    if (PyLong_Check(o)) {
+        *out = PyLong_AsDouble(o);
+        if (*out == -1.0 && PyErr_Occurred()) {
+            PyErr_Clear();
+            return 0;
+        }
+        return 1;
+    }
+    return 0;
+}
+
+typedef struct {
+    double sum;
+    Py_ssize_t n;
+} Column;
+
+/* One optional value into a column: None is "not measured" and counts nothing. */
+static int
+add_opt(Column *c, PyObject *o)
+{
+    double v;
+    if (o == Py_None) {
+        return 1;
+    }
+    if (!as_double(o, &v)) {
+        return 0;
+    }
+    c->sum += v;
+    c->n += 1;
+    return 1;
+}
+
+/* nums[at] = nums[at] + n (Python's addition: an int count stays an int, a float one a float). */
+static int
+add_count(PyObject *nums, Py_ssize_t at, Py_ssize_t n)
+{
+    PyObject *delta = PyLong_FromSsize_t(n);
+    if (delta == NULL) {
+        return -1;
+    }
+    PyObject *sum = PyNumber_Add(PyList_GET_ITEM(nums, at), delta);
+    Py_DECREF(delta);
+    if (sum == NULL) {
+        return -1;
+    }
+    return PyList_SetItem(nums, at, sum); /* steals sum */
+}
+
+static int
+set_float(PyObject *nums, Py_ssize_t at, double v)
+{
+    PyObject *f = PyFloat_FromDouble(v);
+    return f == NULL ? -1 : PyList_SetItem(nums, at, f);
+}
+
+/* sketch[key] += count (insertion order: a new key goes in where Counter would put it). */
+static int
+sketch_add(PyObject *sketch, long key, Py_ssize_t count)
+{
+    PyObject *k = PyLong_FromLong(key);
+    if (k == NULL) {
+        return -1;
+    }
+    PyObject *old = PyDict_GetItemWithError(sketch, k); /* borrowed */
+    PyObject *sum;
+    if (old == NULL) {
+        if (PyErr_Occurred()) {
+            Py_DECREF(k);
+            return -1;
+        }
+        sum = PyLong_FromSsize_t(count);
+    }
+    else {
+        PyObject *delta = PyLong_FromSsize_t(count);
+        sum = delta == NULL ? NULL : PyNumber_Add(old, delta);
+        Py_XDECREF(delta);
+    }
+    int rc = sum == NULL ? -1 : PyDict_SetItem(sketch, k, sum);
+    Py_XDECREF(sum);
+    Py_DECREF(k);
+    return rc;
+}
+
+/* timeline._bucket: 0 for <= 0, else ceil(log(ms) / log(gamma)) shifted to be != 0. */
+static long
+bucket(double ms, double inv_log_gamma)
+{
+    if (ms <= 0) {
+        return 0;
+    }
+    long key = (long)ceil(log(ms) * inv_log_gamma);
+    return key > 0 ? key : key - 1;
+}
+
+static PyObject *
+timeline_fold(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)module;
+    if (nargs != 6 || !PyList_CheckExact(args[0]) || !PyDict_CheckExact(args[1]) ||
+        !PyList_Check(args[2]) || !PyLong_Check(args[3]) || !PyLong_Check(args[4]) ||
+        !PyFloat_Check(args[5])) {
+        PyErr_SetString(PyExc_TypeError,
+                        "timeline_fold(nums: list, sketch: dict, records: list, lo: int, hi: int, "
+                        "inv_log_gamma: float)");
+        return NULL;
+    }
+    PyObject *nums = args[0], *sketch = args[1], *records = args[2];
+    Py_ssize_t lo = PyLong_AsSsize_t(args[3]), hi = PyLong_AsSsize_t(args[4]);
+    double inv = PyFloat_AS_DOUBLE(args[5]);
+    if ((lo == -1 || hi == -1) && PyErr_Occurred()) {
+        return NULL;
+    }
+    if (lo < 0 || hi > PyList_GET_SIZE(records) || lo >= hi || PyList_GET_SIZE(nums) != SLOTS) {
+        Py_RETURN_FALSE;
+    }
+    double sum, top, first, last;
+    Column rss = {0}, dev = {0}, ph[NP] = {{0}};
+    if (!PyFloat_Check(PyList_GET_ITEM(nums, S_SUM)) ||
+        !as_double(PyList_GET_ITEM(nums, S_MAX), &top) ||
+        !as_double(PyList_GET_ITEM(nums, S_FIRST), &first) ||
+        !as_double(PyList_GET_ITEM(nums, S_LAST), &last) ||
+        !PyFloat_Check(PyList_GET_ITEM(nums, S_RSS)) ||
+        !PyFloat_Check(PyList_GET_ITEM(nums, S_DEV))) {
+        Py_RETURN_FALSE;
+    }
+    sum = PyFloat_AS_DOUBLE(PyList_GET_ITEM(nums, S_SUM));
+    rss.sum = PyFloat_AS_DOUBLE(PyList_GET_ITEM(nums, S_RSS));
+    dev.sum = PyFloat_AS_DOUBLE(PyList_GET_ITEM(nums, S_DEV));
+    for (int k = 0; k < NP; k++) {
+        if (!PyFloat_Check(PyList_GET_ITEM(nums, S_PH + k))) {
+            Py_RETURN_FALSE;
+        }
+        ph[k].sum = PyFloat_AS_DOUBLE(PyList_GET_ITEM(nums, S_PH + k));
+    }
+    PyObject *first_obj = NULL, *last_obj = NULL, *top_obj = NULL; /* borrowed, from records */
+    /* First pass: check every record, so that a decline changes nothing. */
+    for (Py_ssize_t i = lo; i < hi; i++) {
+        PyObject *rec = PyList_GET_ITEM(records, i);
+        double ms, step;
+        if (!PyTuple_Check(rec) || PyTuple_GET_SIZE(rec) < RECORD_FIELDS ||
+            !PyLong_Check(PyTuple_GET_ITEM(rec, F_STEP)) ||
+            !as_double(PyTuple_GET_ITEM(rec, F_STEP), &step) ||
+            !as_double(PyTuple_GET_ITEM(rec, F_STEP_MS), &ms) || !isfinite(ms) ||
+            !PyTuple_Check(PyTuple_GET_ITEM(rec, F_PHASES)) ||
+            PyTuple_GET_SIZE(PyTuple_GET_ITEM(rec, F_PHASES)) != NP) {
+            Py_RETURN_FALSE;
+        }
+    }
+    for (Py_ssize_t i = lo; i < hi; i++) {
+        PyObject *rec = PyList_GET_ITEM(records, i);
+        PyObject *step_obj = PyTuple_GET_ITEM(rec, F_STEP);
+        PyObject *ms_obj = PyTuple_GET_ITEM(rec, F_STEP_MS);
+        PyObject *phases = PyTuple_GET_ITEM(rec, F_PHASES);
+        double ms, step;
+        as_double(ms_obj, &ms);
+        as_double(step_obj, &step);
+        sum += ms;
+        if (ms > top) { /* max(): a later value replaces only when greater */
+            top = ms;
+            top_obj = ms_obj;
+        }
+        if (step < first) {
+            first = step;
+            first_obj = step_obj;
+        }
+        if (step > last) {
+            last = step;
+            last_obj = step_obj;
+        }
+        for (int k = 0; k < NP; k++) {
+            if (!add_opt(&ph[k], PyTuple_GET_ITEM(phases, k))) {
+                Py_RETURN_FALSE; /* nothing written yet */
+            }
+        }
+        if (!add_opt(&rss, PyTuple_GET_ITEM(rec, F_RSS)) ||
+            !add_opt(&dev, PyTuple_GET_ITEM(rec, F_DEV))) {
+            Py_RETURN_FALSE;
+        }
+    }
+    /* Write back: the same objects Python's min()/max() would keep. */
+    if (add_count(nums, S_N, hi - lo) < 0 || set_float(nums, S_SUM, sum) < 0) {
+        return NULL;
+    }
+    PyObject *keep[3] = {top_obj, first_obj, last_obj};
+    int slot[3] = {S_MAX, S_FIRST, S_LAST};
+    for (int i = 0; i < 3; i++) {
+        if (keep[i] != NULL) {
+            Py_INCREF(keep[i]);
+            if (PyList_SetItem(nums, slot[i], keep[i]) < 0) {
+                return NULL;
+            }
+        }
+    }
+    for (int k = 0; k < NP; k++) {
+        if (ph[k].n > 0 && (set_float(nums, S_PH + k, ph[k].sum) < 0 ||
+                            add_count(nums, S_PH + NP + k, ph[k].n) < 0)) {
+            return NULL;
+        }
+    }
+    if ((rss.n > 0 && (set_float(nums, S_RSS, rss.sum) < 0 || add_count(nums, S_RSS_N, rss.n) < 0)) ||
+        (dev.n > 0 && (set_float(nums, S_DEV, dev.sum) < 0 || add_count(nums, S_DEV_N, dev.n) < 0))) {
+        return NULL;
+    }
+    /* The sketch: runs of one bucket (neighbouring steps mostly share one) go in at once. */
+    long run_key = 0;
+    Py_ssize_t run = 0;
+    for (Py_ssize_t i = lo; i < hi; i++) {
+        double ms;
+        as_double(PyTuple_GET_ITEM(PyList_GET_ITEM(records, i), F_STEP_MS), &ms);
+        long key = bucket(ms, inv);
+        if (run > 0 && key != run_key) {
+            if (sketch_add(sketch, run_key, run) < 0) {
+                return NULL;
+            }
+            run = 0;
+        }
+        run_key = key;
+        run++;
+    }
+    if (run > 0 && sketch_add(sketch, run_key, run) < 0) {
+        return NULL;
+    }
+    Py_RETURN_TRUE;
+}
+
+/* Checks shared by the folds: a StepRecord-shaped tuple with a finite step time and NP phases. */
+static int
+record_ok(PyObject *rec, double *ms)
+{
+    double step;
+    return PyTuple_Check(rec) && PyTuple_GET_SIZE(rec) >= RECORD_FIELDS + 3 &&
+           PyLong_Check(PyTuple_GET_ITEM(rec, F_STEP)) &&
+           as_double(PyTuple_GET_ITEM(rec, F_STEP), &step) &&
+           as_double(PyTuple_GET_ITEM(rec, F_STEP_MS), ms) && isfinite(*ms) &&
+           PyTuple_Check(PyTuple_GET_ITEM(rec, F_PHASES)) &&
+           PyTuple_GET_SIZE(PyTuple_GET_ITEM(rec, F_PHASES)) == NP;
+}
+
+static int
+floats_list(PyObject *o, Py_ssize_t n)
+{
+    if (!PyList_CheckExact(o) || PyList_GET_SIZE(o) != n) {
+        return 0;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (!PyFloat_Check(PyList_GET_ITEM(o, i))) {
+            return 0;
+        }
+    }
+    return 1;
+}
+
+/* stats_fold(records, lo, hi, step_total, buckets, log_gamma, phase_ms, phase_step_ms,
+ *            phase_counts) -> (step_total, hist_count, hist_zeros, rss_peak, device_seen) | None
+ *
+ * The part of stats.WindowStats.add_many that is per-step arithmetic: the running step total,
+ * LogHistogram.add_many's buckets (updated in place; its count and zeros are returned to add),
+ * PhaseTotals.add_many's three lists (in place), the largest host RSS (the first of equals, as
+ * _peak) and whether any device field was measured. None, nothing changed, for input it does
+ * not model (the caller folds in Python). */
+static PyObject *
+stats_fold(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)module;
+    if (nargs != 9 || !PyList_Check(args[0]) || !PyLong_Check(args[1]) ||
+        !PyLong_Check(args[2]) || !PyFloat_Check(args[3]) || !PyDict_CheckExact(args[4]) ||
+        !PyFloat_Check(args[5])) {
+        PyErr_SetString(PyExc_TypeError,
+                        "stats_fold(records, lo, hi, step_total, buckets, log_gamma, phase_ms, "
+                        "phase_step_ms, phase_counts)");
+        return NULL;
+    }
+    PyObject *records = args[0], *buckets = args[4];
+    PyObject *ph_ms = args[6], *ph_step = args[7], *ph_n = args[8];
+    Py_ssize_t lo = PyLong_AsSsize_t(args[1]), hi = PyLong_AsSsize_t(args[2]);
+    if ((lo == -1 || hi == -1) && PyErr_Occurred()) {
+        return NULL;
+    }
+    double total = PyFloat_AS_DOUBLE(args[3]), log_gamma = PyFloat_AS_DOUBLE(args[5]);
+    if (lo < 0 || hi > PyList_GET_SIZE(records) || lo >= hi || !floats_list(ph_ms, NP) ||
+        !floats_list(ph_step, NP) || !PyList_CheckExact(ph_n) || PyList_GET_SIZE(ph_n) != NP) {
+        Py_RETURN_NONE;
+    }
+    Column ms_col[NP], step_col[NP];
+    for (int k = 0; k < NP; k++) {
+        ms_col[k].sum = PyFloat_AS_DOUBLE(PyList_GET_ITEM(ph_ms, k));
+        step_col[k].sum = PyFloat_AS_DOUBLE(PyList_GET_ITEM(ph_step, k));
+        ms_col[k].n = step_col[k].n = 0;
+    }
+    PyObject *rss_peak = NULL; /* borrowed */
+    double rss_top = 0;
+    int device = 0;
+    for (Py_ssize_t i = lo; i < hi; i++) {
+        PyObject *rec = PyList_GET_ITEM(records, i);
+        double ms;
+        if (!record_ok(rec, &ms)) {
+            Py_RETURN_NONE;
+        }
+        PyObject *phases = PyTuple_GET_ITEM(rec, F_PHASES);
+        for (int k = 0; k < NP; k++) {
+            PyObject *v = PyTuple_GET_ITEM(phases, k);
+            double x;
+            if (v != Py_None && !as_double(v, &x)) {
+                Py_RETURN_NONE;
+            }
+        }
+        PyObject *rss = PyTuple_GET_ITEM(rec, F_RSS);
+        double r;
+        if (rss != Py_None && !as_double(rss, &r)) {
+            Py_RETURN_NONE;
+        }
+    }
+    for (Py_ssize_t i = lo; i < hi; i++) { /* nothing can fail from here on but memory */
+        PyObject *rec = PyList_GET_ITEM(records, i);
+        double ms, x;
+        as_double(PyTuple_GET_ITEM(rec, F_STEP_MS), &ms);
+        total += ms;
+        PyObject *phases = PyTuple_GET_ITEM(rec, F_PHASES);
+        for (int k = 0; k < NP; k++) {
+            PyObject *v = PyTuple_GET_ITEM(phases, k);
+            if (v != Py_None) {
+                as_double(v, &x);
+                ms_col[k].sum += x;
+                ms_col[k].n += 1;
+                step_col[k].sum += ms;
+            }
+        }
+        PyObject *rss = PyTuple_GET_ITEM(rec, F_RSS);
+        if (rss != Py_None) { /* max(): a later value replaces only when greater */
+            as_double(rss, &x);
+            if (rss_peak == NULL || x > rss_top) {
+                rss_peak = rss;
+                rss_top = x;
+            }
+        }
+        for (int f = F_DEV; f <= F_DEV + 2; f++) { /* allocated, reserved, peak */
+            device |= PyTuple_GET_ITEM(rec, f) != Py_None;
+        }
+    }
+    for (int k = 0; k < NP; k++) {
+        if (ms_col[k].n > 0 &&
+            (set_float(ph_ms, k, ms_col[k].sum) < 0 || set_float(ph_step, k, step_col[k].sum) < 0 ||
+             add_count(ph_n, k, ms_col[k].n) < 0)) {
+            return NULL;
+        }
+    }
+    /* LogHistogram.add_many: zeros (<= 0) apart, the others by ceil(log(v) / log(gamma)). */
+    Py_ssize_t zeros = 0, run = 0;
+    long run_key = 0;
+    for (Py_ssize_t i = lo; i < hi; i++) {
+        double ms;
+        as_double(PyTuple_GET_ITEM(PyList_GET_ITEM(records, i), F_STEP_MS), &ms);
+        if (ms <= 0) {
+            zeros++;
+            continue;
+        }
+        long key = (long)ceil(log(ms) / log_gamma);
+        if (run > 0 && key != run_key) {
+            if (sketch_add(buckets, run_key, run) < 0) {
+                return NULL;
+            }
+            run = 0;
+        }
+        run_key = key;
+        run++;
+    }
+    if (run > 0 && sketch_add(buckets, run_key, run) < 0) {
+        return NULL;
+    }
+    return Py_BuildValue("(dnnOO)", total, hi - lo, zeros, rss_peak ? rss_peak : Py_None,
+                         device ? Py_True : Py_False);
+}
+
+/* block_fold(block, records, lo, hi) -> bool: stats.BlockSeries' block (a list: id, sum of
+ * steps, steps, then sum and count of step ms, host RSS and device allocated) takes
+ * records[lo:hi], as BlockSeries.add_many adds one block's slice. False, nothing changed, for
+ * input it does not model. */
+static PyObject *
+block_fold(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)module;
+    if (nargs != 4 || !PyList_CheckExact(args[0]) || !PyList_Check(args[1]) ||
+        !PyLong_Check(args[2]) || !PyLong_Check(args[3])) {
+        PyErr_SetString(PyExc_TypeError, "block_fold(block: list, records: list, lo, hi)");
+        return NULL;
+    }
+    PyObject *block = args[0], *records = args[1];
+    Py_ssize_t lo = PyLong_AsSsize_t(args[2]), hi = PyLong_AsSsize_t(args[3]);
+    if ((lo == -1 || hi == -1) && PyErr_Occurred()) {
+        return NULL;
+    }
+    static const int fields[3] = {F_STEP_MS, F_RSS, F_DEV};
+    if (lo < 0 || hi > PyList_GET_SIZE(records) || lo >= hi || !floats_list(block, 9)) {
+        Py_RETURN_FALSE;
+    }
+    double steps = PyFloat_AS_DOUBLE(PyList_GET_ITEM(block, 1));
+    Column ch[3];
+    for (int c = 0; c < 3; c++) {
+        ch[c].sum = PyFloat_AS_DOUBLE(PyList_GET_ITEM(block, 3 + 2 * c));
+        ch[c].n = 0;
+    }
+    for (Py_ssize_t i = lo; i < hi; i++) {
+        PyObject *rec = PyList_GET_ITEM(records, i);
+        double ms, x;
+        if (!record_ok(rec, &ms)) {
+            Py_RETURN_FALSE;
+        }
+        for (int c = 1; c < 3; c++) {
+            PyObject *v = PyTuple_GET_ITEM(rec, fields[c]);
+            if (v != Py_None && !as_double(v, &x)) {
+                Py_RETURN_FALSE;
+            }
+        }
+    }
+    for (Py_ssize_t i = lo; i < hi; i++) {
+        PyObject *rec = PyList_GET_ITEM(records, i);
+        double step;
+        as_double(PyTuple_GET_ITEM(rec, F_STEP), &step);
+        steps += step;
+        for (int c = 0; c < 3; c++) {
+            add_opt(&ch[c], PyTuple_GET_ITEM(rec, fields[c]));
+        }
+    }
+    if (set_float(block, 1, steps) < 0 || add_count(block, 2, hi - lo) < 0) {
+        return NULL;
+    }
+    for (int c = 0; c < 3; c++) {
+        if (ch[c].n > 0 && (set_float(block, 3 + 2 * c, ch[c].sum) < 0 ||
+                            add_count(block, 4 + 2 * c, ch[c].n) < 0)) {
+            return NULL;
+        }
+    }
+    Py_RETURN_TRUE;
+}
+
+static PyMethodDef module_methods[] = {
+    {"timeline_fold", (PyCFunction)(void (*)(void))timeline_fold, METH_FASTCALL,
+     "Fold records[lo:hi] (one window's, ascending or not) into the window's nums and sketch, "
+     "as timeline._fold_columns does; False (nothing changed) for input it does not model."},
+    {"stats_fold", (PyCFunction)(void (*)(void))stats_fold, METH_FASTCALL,
+     "WindowStats.add_many's step total, histogram and phase totals over records[lo:hi]."},
+    {"block_fold", (PyCFunction)(void (*)(void))block_fold, METH_FASTCALL,
+     "One BlockSeries block's share of records[lo:hi], as BlockSeries.add_many adds it."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef fold_module = {
+    PyModuleDef_HEAD_INIT,
+    "traceml.analysis._fold",
+    "The per-step folds in C (timeline.py and stats.py hold the Python references).",
+    0,
+    module_methods,
+};
+
+PyMODINIT_FUNC
+PyInit__fold(void)
+{
+    PyObject *m = PyModule_Create(&fold_module);
+    if (m == NULL) {
+        return NULL;
+    }
+    if (PyModule_AddIntConstant(m, "SLOTS", SLOTS) < 0 ||
+        PyModule_AddIntConstant(m, "N_PHASES", NP) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}
