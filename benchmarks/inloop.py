@@ -9,7 +9,9 @@ resolve a 10 µs target on a shared host. Here one process runs the overhead ben
 
   bare      no patch installed, no trace_step (TraceML's tx thread idles);
   C         auto mode with the C timer and wrappers (the default);
-  Python    auto mode with the pure-Python timer and wrappers (TRACEML_C_TIMER=0's path);
+  Python    auto mode with the pure-Python timer and wrappers. Both arms feed one tx thread,
+            whose fold is C when built (analysis/_fold.c): TRACEML_C_TIMER=0 also folds in
+            Python, which adds what benchmarks/fold.py shows (about 1.5 µs a step there);
 
 or, with --parts, the C path's parts: `trace_step` with no patch installed, then `trace_step`
 with one patch (dataloader, forward, backward, optimizer) at a time.

@@ -12,11 +12,12 @@ import math
 import random
 import sys
 import types
+from collections import deque
 from collections.abc import Callable
 
 import pytest
 
-from traceml.analysis import stats, timeline
+from traceml.analysis import spikes, stats, timeline
 from traceml.analysis.stats import PhaseTotals, WindowStats
 from traceml.analysis.store import RunStore
 from traceml.analysis.timeline import Timeline
@@ -265,3 +266,25 @@ def test_a_series_of_records_is_the_series_of_their_columns(
         by_columns.add_many(steps, (*columns, [r.device_allocated_mb for r in part]))
     assert by_records.stride == by_columns.stride > 1
     assert by_records._blocks == by_columns._blocks
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_the_c_median_is_the_python_median(seed: int) -> None:
+    rng = random.Random(seed)
+    c_median = spikes._c_median()
+    assert c_median is not None
+    n = rng.choice([1, 2, 7, 8, 63, 64])
+    records = [random_record(s, rng) for s in range(n)]
+    if seed % 5 == 0:  # ties
+        records = [r._replace(step_ms=float(round(r.step_ms))) for r in records]
+    recent = deque(records, maxlen=64)
+    assert c_median(recent) == spikes.median_step_ms(recent)
+
+
+def test_the_c_median_declines_what_it_does_not_model() -> None:
+    c_median = spikes._c_median()
+    assert c_median is not None
+    good = StepRecord(0, 1, 0.0, 2.0, (1.0,) * len(PHASES))
+    for odd in (math.nan, math.inf, -0.0, 3):
+        assert c_median([good, good._replace(step_ms=odd)]) is None
+    assert c_median([]) is None

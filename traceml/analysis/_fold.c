@@ -2,7 +2,8 @@
  *
  *   timeline_fold  timeline._fold_columns (one window of the run's timeline);
  *   stats_fold     stats.WindowStats.add_many's step total, histogram and phase totals;
- *   block_fold     one block of stats.BlockSeries.add_many.
+ *   block_fold     one block of stats.BlockSeries.add_many;
+ *   median_step_ms spikes.Baseline's rolling median (every 16 steps, of the last 64).
  *
  * Why C: every step a rank runs is folded on its tx thread, and every step of every rank in a
  * viewer. Column by column in Python these cost 1.7 us a step (benchmarks/fold.py), and 2-3x
@@ -486,6 +487,54 @@ block_fold(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     Py_RETURN_TRUE;
 }
 
+static int
+cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* median_step_ms(records) -> float | None: the median step time of an iterable of at most 4,096
+ * StepRecords (the middle one, or the mean of the two middle ones), as spikes.Baseline computes
+ * it; None for input it does not model (no records, a step time that is not a finite float). */
+static PyObject *
+median_step_ms(PyObject *module, PyObject *records)
+{
+    (void)module;
+    double values[4096];
+    Py_ssize_t n = 0;
+    PyObject *it = PyObject_GetIter(records);
+    if (it == NULL) {
+        return NULL;
+    }
+    PyObject *rec;
+    int ok = 1;
+    while ((rec = PyIter_Next(it)) != NULL) {
+        PyObject *ms = PyTuple_Check(rec) && PyTuple_GET_SIZE(rec) > F_STEP_MS
+                           ? PyTuple_GET_ITEM(rec, F_STEP_MS)
+                           : NULL;
+        /* -0.0 is declined too: qsort may order it either side of a 0.0 (Python's sort keeps
+         * their order), and the median would then differ in its sign. */
+        ok = ok && n < 4096 && ms != NULL && PyFloat_Check(ms) &&
+             isfinite(PyFloat_AS_DOUBLE(ms)) &&
+             !(PyFloat_AS_DOUBLE(ms) == 0.0 && signbit(PyFloat_AS_DOUBLE(ms)));
+        if (ok) {
+            values[n++] = PyFloat_AS_DOUBLE(ms);
+        }
+        Py_DECREF(rec);
+    }
+    Py_DECREF(it);
+    if (PyErr_Occurred()) {
+        return NULL;
+    }
+    if (!ok || n == 0) {
+        Py_RETURN_NONE;
+    }
+    qsort(values, (size_t)n, sizeof(double), cmp_double);
+    double mid = n % 2 ? values[n / 2] : (values[n / 2 - 1] + values[n / 2]) / 2;
+    return PyFloat_FromDouble(mid);
+}
+
 static PyMethodDef module_methods[] = {
     {"timeline_fold", (PyCFunction)(void (*)(void))timeline_fold, METH_FASTCALL,
      "Fold records[lo:hi] (one window's, ascending or not) into the window's nums and sketch, "
@@ -494,6 +543,8 @@ static PyMethodDef module_methods[] = {
      "WindowStats.add_many's step total, histogram and phase totals over records[lo:hi]."},
     {"block_fold", (PyCFunction)(void (*)(void))block_fold, METH_FASTCALL,
      "One BlockSeries block's share of records[lo:hi], as BlockSeries.add_many adds it."},
+    {"median_step_ms", median_step_ms, METH_O,
+     "The median step_ms of the records, as spikes.Baseline computes it; None to decline."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -19,11 +19,12 @@ from collections import Counter, deque
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from traceml.analysis.native import fold_module
 from traceml.analysis.stats import PhaseTotals
 from traceml.records import PHASES
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Sequence
+    from collections.abc import Callable, Iterable, Sequence
 
     from traceml.records import Phase, StepRecord
 
@@ -63,6 +64,18 @@ class SlowStep:
 _STEP_MS = operator.attrgetter("step_ms")
 
 
+def _c_median() -> Callable[[Iterable[StepRecord]], float | None] | None:
+    """_fold.c's median_step_ms when built and allowed (native.fold_module), else None."""
+    c = fold_module()
+    if c is None:
+        return None
+    median: Callable[[Iterable[StepRecord]], float | None] = c.median_step_ms
+    return median
+
+
+_C_MEDIAN = _c_median()
+
+
 class Baseline:
     """The rank's typical step, rolling: median ms and mean phase ms of its recent steps."""
 
@@ -97,8 +110,9 @@ class Baseline:
         n = len(self._recent)
         if self._since >= BASELINE_EVERY or (self.ms is None and n >= BASELINE_MIN):
             self._since = 0
-            values = sorted(map(_STEP_MS, self._recent))
-            self.ms = values[n // 2] if n % 2 else (values[n // 2 - 1] + values[n // 2]) / 2
+            self.ms = _C_MEDIAN(self._recent) if _C_MEDIAN is not None else None
+            if self.ms is None:  # no C build, or step times it declines (not finite floats)
+                self.ms = median_step_ms(self._recent)
 
     def is_spike(self, ms: float, factor: float) -> bool:
         return self.ms is not None and ms > factor * self.ms
@@ -111,6 +125,14 @@ class Baseline:
             recent = [*self._recent, *before][-BASELINE_STEPS:]
         typical = [r for r in recent if self.ms is None or r.step_ms <= factor * self.ms]
         return SlowStep(rec.step, rec.step_ms, excess_phase(rec.phases, typical))
+
+
+def median_step_ms(records: Sequence[StepRecord]) -> float:
+    """The median step time of `records` (the middle one, or the mean of the two middle ones):
+    the reference of _fold.c's median_step_ms."""
+    n = len(records)
+    values: list[float] = sorted(map(_STEP_MS, records))
+    return values[n // 2] if n % 2 else (values[n // 2 - 1] + values[n // 2]) / 2
 
 
 def excess_phase(phases: Sequence[float | None], typical: Sequence[StepRecord]) -> Phase | None:
