@@ -44,6 +44,7 @@ example: demo
 bench: install
 	$(BIN)/python benchmarks/overhead.py
 	$(BIN)/python benchmarks/inloop.py
+	$(BIN)/python benchmarks/layers.py
 	$(BIN)/python benchmarks/fold.py
 	$(BIN)/python benchmarks/transport.py
 	$(BIN)/python benchmarks/viewer.py
@@ -52,6 +53,7 @@ bench: install
 bench-quick: install
 	$(BIN)/python benchmarks/overhead.py --quick
 	$(BIN)/python benchmarks/inloop.py --blocks 2 --steps 1000
+	$(BIN)/python benchmarks/layers.py --pairs 1 --steps 2000
 	$(BIN)/python benchmarks/fold.py --steps 50000
 	$(BIN)/python benchmarks/transport.py --steps 10000 --snapshot 20000 --seconds 1
 	$(BIN)/python benchmarks/viewer.py --quick

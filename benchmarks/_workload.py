@@ -1,9 +1,10 @@
 """The training script every overhead run executes: the same loop bare, traced, or under the peer.
 
-Run by benchmarks/overhead.py and distributed.py, never by hand. Usage:
-    python _workload.py {bare|traceml|peer} STEPS WIDTH BATCH OUT
+Run by benchmarks/overhead.py, layers.py and distributed.py, never by hand. Usage:
+    python _workload.py {bare|traceml|init|init-unpatched|peer} STEPS WIDTH BATCH OUT
 `bare` never imports traceml; `traceml` calls `traceml.init(mode="auto")` and `trace_step` (under
 `traceml run`, init was already done by the launcher's bootstrap and this call is ignored);
+`init` calls init and never trace_step; `init-unpatched` also removes init's patches;
 `peer` does the same with `traceml_ai` 0.5.0. Under torchrun (WORLD_SIZE > 1) the model is wrapped
 in DDP over gloo. Each rank writes its per-step wall times (µs, end of one step to end of the next,
 as TraceML cuts them) to OUT[.rank] as raw doubles, and its own CPU seconds (all threads, up
@@ -39,6 +40,14 @@ def main(argv: list[str]) -> None:
         import traceml_ai as tm  # type: ignore[import-not-found, no-redef]
     if tm is not None:
         tm.init(mode="auto")
+    if mode in ("init", "init-unpatched"):
+        import traceml
+        from traceml import api
+
+        traceml.init(mode="auto")
+        session = api.current_session()
+        if mode == "init-unpatched" and session is not None:
+            session.hooks.remove()
     loop = Loop(width, batch, ddp=world > 1)
     times = array("d", bytes(8 * steps))
     it = iter(loop.loader)
