@@ -27,7 +27,7 @@
 #define F_PHASES 4
 #define F_RSS 6
 #define F_DEV 7
-#define RECORD_FIELDS 8 /* at least these many */
+#define RECORD_FIELDS 10 /* at least these: rank .. device_peak_mb */
 
 /* An open window's slots (timeline._ID ... _PH; phase sums at PH + i, counts at PH + NP + i) */
 #define S_FIRST 1
@@ -135,6 +135,60 @@ sketch_add(PyObject *sketch, long key, Py_ssize_t count)
     return rc;
 }
 
+/* Counts into a dict of buckets a run of equal keys at a time (neighbouring steps mostly share
+ * one), each new key inserted where Counter would have put it (first seen, first). */
+typedef struct {
+    PyObject *dict;
+    long key;
+    Py_ssize_t n;
+} Runs;
+
+static int
+runs_add(Runs *r, long key)
+{
+    if (r->n > 0 && key != r->key) {
+        if (sketch_add(r->dict, r->key, r->n) < 0) {
+            return -1;
+        }
+        r->n = 0;
+    }
+    r->key = key;
+    r->n++;
+    return 0;
+}
+
+static int
+runs_flush(Runs *r)
+{
+    return r->n > 0 ? sketch_add(r->dict, r->key, r->n) : 0;
+}
+
+/* Checks shared by the folds: a StepRecord-shaped tuple with a finite step time and NP phases. */
+static int
+record_ok(PyObject *rec, double *ms)
+{
+    double step;
+    return PyTuple_Check(rec) && PyTuple_GET_SIZE(rec) >= RECORD_FIELDS &&
+           PyLong_Check(PyTuple_GET_ITEM(rec, F_STEP)) &&
+           as_double(PyTuple_GET_ITEM(rec, F_STEP), &step) &&
+           as_double(PyTuple_GET_ITEM(rec, F_STEP_MS), ms) && isfinite(*ms) &&
+           PyTuple_Check(PyTuple_GET_ITEM(rec, F_PHASES)) &&
+           PyTuple_GET_SIZE(PyTuple_GET_ITEM(rec, F_PHASES)) == NP;
+}
+
+/* A fold's `records, lo, hi` arguments: 1 for a non-empty slice of the list, 0 for any other
+ * (the fold declines), -1 with an exception set. */
+static int
+slice_of(PyObject *records, PyObject *lo_obj, PyObject *hi_obj, Py_ssize_t *lo, Py_ssize_t *hi)
+{
+    *lo = PyLong_AsSsize_t(lo_obj);
+    *hi = PyLong_AsSsize_t(hi_obj);
+    if ((*lo == -1 || *hi == -1) && PyErr_Occurred()) {
+        return -1;
+    }
+    return *lo >= 0 && *hi <= PyList_GET_SIZE(records) && *lo < *hi;
+}
+
 /* timeline._bucket: 0 for <= 0, else ceil(log(ms) / log(gamma)) shifted to be != 0. */
 static long
 bucket(double ms, double inv_log_gamma)
@@ -159,12 +213,13 @@ timeline_fold(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         return NULL;
     }
     PyObject *nums = args[0], *sketch = args[1], *records = args[2];
-    Py_ssize_t lo = PyLong_AsSsize_t(args[3]), hi = PyLong_AsSsize_t(args[4]);
     double inv = PyFloat_AS_DOUBLE(args[5]);
-    if ((lo == -1 || hi == -1) && PyErr_Occurred()) {
+    Py_ssize_t lo, hi;
+    int ok = slice_of(records, args[3], args[4], &lo, &hi);
+    if (ok < 0) {
         return NULL;
     }
-    if (lo < 0 || hi > PyList_GET_SIZE(records) || lo >= hi || PyList_GET_SIZE(nums) != SLOTS) {
+    if (!ok || PyList_GET_SIZE(nums) != SLOTS) {
         Py_RETURN_FALSE;
     }
     double sum, top, first, last;
@@ -189,14 +244,8 @@ timeline_fold(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     PyObject *first_obj = NULL, *last_obj = NULL, *top_obj = NULL; /* borrowed, from records */
     /* First pass: check every record, so that a decline changes nothing. */
     for (Py_ssize_t i = lo; i < hi; i++) {
-        PyObject *rec = PyList_GET_ITEM(records, i);
-        double ms, step;
-        if (!PyTuple_Check(rec) || PyTuple_GET_SIZE(rec) < RECORD_FIELDS ||
-            !PyLong_Check(PyTuple_GET_ITEM(rec, F_STEP)) ||
-            !as_double(PyTuple_GET_ITEM(rec, F_STEP), &step) ||
-            !as_double(PyTuple_GET_ITEM(rec, F_STEP_MS), &ms) || !isfinite(ms) ||
-            !PyTuple_Check(PyTuple_GET_ITEM(rec, F_PHASES)) ||
-            PyTuple_GET_SIZE(PyTuple_GET_ITEM(rec, F_PHASES)) != NP) {
+        double ms;
+        if (!record_ok(PyList_GET_ITEM(records, i), &ms)) {
             Py_RETURN_FALSE;
         }
     }
@@ -255,39 +304,18 @@ timeline_fold(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         (dev.n > 0 && (set_float(nums, S_DEV, dev.sum) < 0 || add_count(nums, S_DEV_N, dev.n) < 0))) {
         return NULL;
     }
-    /* The sketch: runs of one bucket (neighbouring steps mostly share one) go in at once. */
-    long run_key = 0;
-    Py_ssize_t run = 0;
+    Runs runs = {sketch, 0, 0};
     for (Py_ssize_t i = lo; i < hi; i++) {
         double ms;
         as_double(PyTuple_GET_ITEM(PyList_GET_ITEM(records, i), F_STEP_MS), &ms);
-        long key = bucket(ms, inv);
-        if (run > 0 && key != run_key) {
-            if (sketch_add(sketch, run_key, run) < 0) {
-                return NULL;
-            }
-            run = 0;
+        if (runs_add(&runs, bucket(ms, inv)) < 0) {
+            return NULL;
         }
-        run_key = key;
-        run++;
     }
-    if (run > 0 && sketch_add(sketch, run_key, run) < 0) {
+    if (runs_flush(&runs) < 0) {
         return NULL;
     }
     Py_RETURN_TRUE;
-}
-
-/* Checks shared by the folds: a StepRecord-shaped tuple with a finite step time and NP phases. */
-static int
-record_ok(PyObject *rec, double *ms)
-{
-    double step;
-    return PyTuple_Check(rec) && PyTuple_GET_SIZE(rec) >= RECORD_FIELDS + 3 &&
-           PyLong_Check(PyTuple_GET_ITEM(rec, F_STEP)) &&
-           as_double(PyTuple_GET_ITEM(rec, F_STEP), &step) &&
-           as_double(PyTuple_GET_ITEM(rec, F_STEP_MS), ms) && isfinite(*ms) &&
-           PyTuple_Check(PyTuple_GET_ITEM(rec, F_PHASES)) &&
-           PyTuple_GET_SIZE(PyTuple_GET_ITEM(rec, F_PHASES)) == NP;
 }
 
 static int
@@ -326,12 +354,13 @@ stats_fold(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     }
     PyObject *records = args[0], *buckets = args[4];
     PyObject *ph_ms = args[6], *ph_step = args[7], *ph_n = args[8];
-    Py_ssize_t lo = PyLong_AsSsize_t(args[1]), hi = PyLong_AsSsize_t(args[2]);
-    if ((lo == -1 || hi == -1) && PyErr_Occurred()) {
+    double total = PyFloat_AS_DOUBLE(args[3]), log_gamma = PyFloat_AS_DOUBLE(args[5]);
+    Py_ssize_t lo, hi;
+    int ok = slice_of(records, args[1], args[2], &lo, &hi);
+    if (ok < 0) {
         return NULL;
     }
-    double total = PyFloat_AS_DOUBLE(args[3]), log_gamma = PyFloat_AS_DOUBLE(args[5]);
-    if (lo < 0 || hi > PyList_GET_SIZE(records) || lo >= hi || !floats_list(ph_ms, NP) ||
+    if (!ok || !floats_list(ph_ms, NP) ||
         !floats_list(ph_step, NP) || !PyList_CheckExact(ph_n) || PyList_GET_SIZE(ph_n) != NP) {
         Py_RETURN_NONE;
     }
@@ -399,26 +428,19 @@ stats_fold(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         }
     }
     /* LogHistogram.add_many: zeros (<= 0) apart, the others by ceil(log(v) / log(gamma)). */
-    Py_ssize_t zeros = 0, run = 0;
-    long run_key = 0;
+    Py_ssize_t zeros = 0;
+    Runs runs = {buckets, 0, 0};
     for (Py_ssize_t i = lo; i < hi; i++) {
         double ms;
         as_double(PyTuple_GET_ITEM(PyList_GET_ITEM(records, i), F_STEP_MS), &ms);
         if (ms <= 0) {
             zeros++;
-            continue;
         }
-        long key = (long)ceil(log(ms) / log_gamma);
-        if (run > 0 && key != run_key) {
-            if (sketch_add(buckets, run_key, run) < 0) {
-                return NULL;
-            }
-            run = 0;
+        else if (runs_add(&runs, (long)ceil(log(ms) / log_gamma)) < 0) {
+            return NULL;
         }
-        run_key = key;
-        run++;
     }
-    if (run > 0 && sketch_add(buckets, run_key, run) < 0) {
+    if (runs_flush(&runs) < 0) {
         return NULL;
     }
     return Py_BuildValue("(dnnOO)", total, hi - lo, zeros, rss_peak ? rss_peak : Py_None,
@@ -439,12 +461,13 @@ block_fold(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         return NULL;
     }
     PyObject *block = args[0], *records = args[1];
-    Py_ssize_t lo = PyLong_AsSsize_t(args[2]), hi = PyLong_AsSsize_t(args[3]);
-    if ((lo == -1 || hi == -1) && PyErr_Occurred()) {
+    static const int fields[3] = {F_STEP_MS, F_RSS, F_DEV};
+    Py_ssize_t lo, hi;
+    int ok = slice_of(records, args[2], args[3], &lo, &hi);
+    if (ok < 0) {
         return NULL;
     }
-    static const int fields[3] = {F_STEP_MS, F_RSS, F_DEV};
-    if (lo < 0 || hi > PyList_GET_SIZE(records) || lo >= hi || !floats_list(block, 9)) {
+    if (!ok || !floats_list(block, 9)) {
         Py_RETURN_FALSE;
     }
     double steps = PyFloat_AS_DOUBLE(PyList_GET_ITEM(block, 1));
