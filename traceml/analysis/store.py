@@ -382,6 +382,9 @@ class _Rank:
         return built
 
 
+_RANK = operator.attrgetter("rank")
+
+
 def _own_ms(rec: StepRecord) -> float:
     """The step's time less its overlap with TraceML's own work: what spikes are judged on, so
     that the tx thread's fold is never diagnosed as the loop's spike (the record keeps step_ms
@@ -514,10 +517,10 @@ class RunStore:
             return
         with self._lock:
             rank = records[0].rank
-            if all(r.rank == rank for r in records):
+            if all(map(operator.eq, map(_RANK, records), itertools.repeat(rank))):  # C speed
                 self._rank(rank).add_many(records, self.thresholds)
                 return
-            for rank, group in itertools.groupby(records, key=operator.attrgetter("rank")):
+            for rank, group in itertools.groupby(records, key=_RANK):
                 self._rank(rank).add_many(list(group), self.thresholds)
 
     def add_system(self, sample: SystemSample) -> None:
