@@ -94,8 +94,9 @@ class Settings:
 
 def c_enabled(env: Mapping[str, str] | None = None) -> bool:
     """TRACEML_C_TIMER (default on): whether TraceML's C parts, where built, may be used: the
-    step timer and wrappers (Settings.c_timer) and the timeline's fold. Off, everything runs its
-    Python reference, which gives the same records and the same floats."""
+    step timer and wrappers (Settings.c_timer) and the folds of statistics, timeline and spike
+    baseline (analysis/native.py). Off, everything runs its Python reference, which gives the
+    same records and the same floats."""
     return _flag(os.environ if env is None else env, "TRACEML_C_TIMER", True)
 
 

@@ -17,7 +17,7 @@ from collections.abc import Callable
 
 import pytest
 
-from traceml.analysis import spikes, stats, timeline
+from traceml.analysis import native, spikes, stats, timeline
 from traceml.analysis.stats import PhaseTotals, WindowStats
 from traceml.analysis.store import RunStore
 from traceml.analysis.timeline import Timeline
@@ -36,12 +36,29 @@ def test_without_the_c_build_the_python_fold_serves(monkeypatch: pytest.MonkeyPa
     assert timeline._c_fold() is None
 
 
+def test_a_build_that_reads_records_elsewhere_is_not_used(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A .so built for another StepRecord layout would fold the wrong fields."""
+    real = native.fold_module()
+    assert real is not None and real.RECORD_LAYOUT[0] == ("step", 1)
+    for layout in ((("step", 2),), (("step_ms", 40),), ()):
+        stale = types.ModuleType("traceml.analysis._fold")
+        stale.RECORD_LAYOUT = layout  # type: ignore[attr-defined]
+        monkeypatch.setitem(sys.modules, "traceml.analysis._fold", stale)
+        assert native.fold_module() is None
+
+
 def test_a_stale_build_is_not_used(monkeypatch: pytest.MonkeyPatch) -> None:
     """A .so built for another window layout would write sums into the wrong slots."""
+    real = native.fold_module()
     stale = types.ModuleType("traceml.analysis._fold")
+    stale.RECORD_LAYOUT = real.RECORD_LAYOUT  # type: ignore[union-attr, attr-defined]
     stale.SLOTS, stale.N_PHASES, stale.timeline_fold = 22, 6, c_fold  # type: ignore[attr-defined]
     monkeypatch.setitem(sys.modules, "traceml.analysis._fold", stale)
+    assert native.fold_module() is stale, "its record layout is right"
     assert timeline._c_fold() is None
+    assert stats._c_module() is None
 
 
 def random_record(step: int, rng: random.Random) -> StepRecord:

@@ -586,6 +586,16 @@ PyInit__fold(void)
     if (m == NULL) {
         return NULL;
     }
+    /* Where the folds read a StepRecord's fields: native.py compares it with records.py's. */
+    PyObject *layout = Py_BuildValue(
+        "((si)(si)(si)(si)(si)(si)(si))", "step", F_STEP, "step_ms", F_STEP_MS, "phases",
+        F_PHASES, "host_rss_mb", F_RSS, "device_allocated_mb", F_DEV, "device_reserved_mb",
+        F_DEV + 1, "device_peak_mb", F_DEV + 2);
+    if (layout == NULL || PyModule_AddObject(m, "RECORD_LAYOUT", layout) < 0) {
+        Py_XDECREF(layout);
+        Py_DECREF(m);
+        return NULL;
+    }
     if (PyModule_AddIntConstant(m, "SLOTS", SLOTS) < 0 ||
         PyModule_AddIntConstant(m, "N_PHASES", NP) < 0) {
         Py_DECREF(m);

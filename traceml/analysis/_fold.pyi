@@ -1,7 +1,11 @@
-"""Type stub of _fold.c (the optional C fold; timeline.py is its reference)."""
+"""Type stub of _fold.c (the optional C folds; timeline.py, stats.py and spikes.py hold their
+Python references)."""
+
+from collections.abc import Iterable
 
 SLOTS: int
 N_PHASES: int
+RECORD_LAYOUT: tuple[tuple[str, int], ...]
 
 def timeline_fold(
     nums: list[float],
@@ -12,3 +16,17 @@ def timeline_fold(
     inv_log_gamma: float,
     /,
 ) -> bool: ...
+def stats_fold(
+    records: list[object],
+    lo: int,
+    hi: int,
+    step_total: float,
+    buckets: dict[int, int],
+    log_gamma: float,
+    phase_ms: list[float],
+    phase_step_ms: list[float],
+    phase_counts: list[int],
+    /,
+) -> tuple[float, int, int, float | None, bool] | None: ...
+def block_fold(block: list[float], records: list[object], lo: int, hi: int, /) -> bool: ...
+def median_step_ms(records: Iterable[object], /) -> float | None: ...

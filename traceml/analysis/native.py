@@ -11,14 +11,21 @@ import importlib
 from types import ModuleType
 
 from traceml.config import c_enabled
+from traceml.records import StepRecord
 
 
 def fold_module() -> ModuleType | None:
-    """traceml.analysis._fold when built and TRACEML_C_TIMER is not 0 (config.c_enabled).
+    """traceml.analysis._fold when built, TRACEML_C_TIMER is not 0 (config.c_enabled) and it
+    reads StepRecord's fields where records.py has them (else a stale build: None).
     (importlib: a static import of an extension module confuses the layer checker.)"""
     if not c_enabled():
         return None
     try:
-        return importlib.import_module("traceml.analysis._fold")
+        c = importlib.import_module("traceml.analysis._fold")
     except ImportError:  # not built (no compiler at install)
         return None
+    fields = StepRecord._fields
+    layout = getattr(c, "RECORD_LAYOUT", ())
+    if not layout or any(i >= len(fields) or fields[i] != name for name, i in layout):
+        return None
+    return c
