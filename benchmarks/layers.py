@@ -15,40 +15,28 @@ per arm and round, the arms interleaved:
   trace_step         init and trace_step(model) around every step
 
 Per arm: the mean of every step after the first 50 of every round, and the p99, as added to the
-mean of bare A and B.
+mean of bare A and B. Processes are started and their steps read as overhead.py does (the same
+command, environment and warm-up cut).
 """
 
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import subprocess
-import sys
 import tempfile
-from array import array
 from pathlib import Path
 
-from _common import pct
+from _common import byte_compile, pct
+from overhead import Arm, command, env_for, read_steps
 
-HERE = Path(__file__).resolve().parent
-ARMS = ("bare A", "bare B", "init, unpatched", "init", "trace_step")
-MODE = {
-    "bare A": "bare",
-    "bare B": "bare",
-    "init, unpatched": "init-unpatched",
-    "init": "init",
-    "trace_step": "traceml",
-}
-WARMUP_STEPS = 50
-
-
-def run(mode: str, steps: int, width: int, out: Path, env: dict[str, str]) -> list[float]:
-    cmd = [sys.executable, str(HERE / "_workload.py"), mode, str(steps), str(width), "32", str(out)]
-    subprocess.run(cmd, check=True, env=env, capture_output=True)
-    times = array("d")
-    times.frombytes(out.read_bytes())
-    return list(times[WARMUP_STEPS:])
+ARMS = (
+    Arm("bare A", "bare"),
+    Arm("bare B", "bare"),
+    Arm("init, unpatched", "init-unpatched"),
+    Arm("init", "init"),
+    Arm("trace_step", "traceml"),
+)
 
 
 def main() -> None:
@@ -57,15 +45,16 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=10_000)
     ap.add_argument("--width", type=int, default=16, help="MLP width (16: ~0.4 ms a step here)")
     args = ap.parse_args()
-    steps: dict[str, list[float]] = {arm: [] for arm in ARMS}
+    print(f"TraceML {byte_compile()}")
+    steps: dict[str, list[float]] = {arm.name: [] for arm in ARMS}
     with tempfile.TemporaryDirectory() as tmp:
-        runtime = Path(tmp) / "runtime"
-        runtime.mkdir(mode=0o700)
-        env = dict(os.environ, TRACEML_RUNTIME_DIR=str(runtime), PYTHONHASHSEED="0")
         for r in range(args.pairs):
             for arm in ARMS:
-                out = Path(tmp) / f"{MODE[arm]}-{r}"
-                steps[arm] += run(MODE[arm], args.steps, args.width, out, env)
+                out = Path(tmp) / f"{arm.mode}-{r}"
+                cmd = command(arm, args.steps, args.width, out)
+                env = env_for(arm, Path(tmp), None)
+                subprocess.run(cmd, check=True, env=env, cwd=tmp, capture_output=True)
+                steps[arm.name] += read_steps(out)
     means = {arm: statistics.fmean(v) for arm, v in steps.items()}
     p99s = {arm: pct(v, 0.99) for arm, v in steps.items()}
     bare, bare_p99 = (means["bare A"] + means["bare B"]) / 2, (p99s["bare A"] + p99s["bare B"]) / 2
@@ -77,8 +66,8 @@ def main() -> None:
     print(f"  {'':<18} {'mean step':>10} {'p99 step':>10}")
     print(f"  {'bare':<18} {bare:>10.1f} {bare_p99:>10.0f}")
     for arm in ARMS[2:]:
-        p99 = (p99s[arm] / bare_p99 - 1) * 100
-        print(f"  {arm:<18} {means[arm] - bare:>+10.1f} {p99:>+9.0f}%")
+        p99 = (p99s[arm.name] / bare_p99 - 1) * 100
+        print(f"  {arm.name:<18} {means[arm.name] - bare:>+10.1f} {p99:>+9.0f}%")
 
 
 if __name__ == "__main__":
