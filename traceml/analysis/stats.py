@@ -463,11 +463,19 @@ class WindowStats:
         peaks = [r.device_peak_mb for r in records]
         reserved = [r.device_reserved_mb for r in records]
         if allocated.count(None) != n or peaks.count(None) != n or reserved.count(None) != n:
-            peak = max_opt(_peak(peaks), _peak(allocated))
-            self.device_peak_allocated_mb = max_opt(self.device_peak_allocated_mb, peak)
-            top = _peak(reserved)
-            self.device_peak_reserved_mb = max_opt(self.device_peak_reserved_mb, top)
+            self._add_device_peaks(allocated, peaks, reserved)
         self.clock = records[-1].clock
+
+    def _add_device_peaks(
+        self,
+        allocated: Sequence[float | None],
+        peaks: Sequence[float | None],
+        reserved: Sequence[float | None],
+    ) -> None:
+        """The device columns of a batch into the peaks (called only when one was measured)."""
+        peak = max_opt(_peak(peaks), _peak(allocated))
+        self.device_peak_allocated_mb = max_opt(self.device_peak_allocated_mb, peak)
+        self.device_peak_reserved_mb = max_opt(self.device_peak_reserved_mb, _peak(reserved))
 
     def _add_many_c(self, records: list[StepRecord]) -> bool:
         """`add_many` with its per-step arithmetic in C (the same floats); False, nothing
@@ -494,11 +502,11 @@ class WindowStats:
         self.series.add_records([r.step for r in records], records)
         self.host_rss_peak_mb = max_opt(self.host_rss_peak_mb, rss_peak)
         if device:
-            allocated = [r.device_allocated_mb for r in records]
-            peak = max_opt(_peak([r.device_peak_mb for r in records]), _peak(allocated))
-            self.device_peak_allocated_mb = max_opt(self.device_peak_allocated_mb, peak)
-            top = _peak([r.device_reserved_mb for r in records])
-            self.device_peak_reserved_mb = max_opt(self.device_peak_reserved_mb, top)
+            self._add_device_peaks(
+                [r.device_allocated_mb for r in records],
+                [r.device_peak_mb for r in records],
+                [r.device_reserved_mb for r in records],
+            )
         self.clock = records[-1].clock
         return True
 
