@@ -49,16 +49,29 @@ def test_a_build_that_reads_records_elsewhere_is_not_used(
         assert native.fold_module() is None
 
 
-def test_a_stale_build_is_not_used(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A .so built for another window layout would write sums into the wrong slots."""
+def stale_build(monkeypatch: pytest.MonkeyPatch, slots: int, n_phases: int) -> types.ModuleType:
+    """A stand-in for a .so built from other constants, reading records where they are."""
     real = native.fold_module()
+    assert real is not None
     stale = types.ModuleType("traceml.analysis._fold")
-    stale.RECORD_LAYOUT = real.RECORD_LAYOUT  # type: ignore[union-attr, attr-defined]
-    stale.SLOTS, stale.N_PHASES, stale.timeline_fold = 22, 6, c_fold  # type: ignore[attr-defined]
+    stale.RECORD_LAYOUT = real.RECORD_LAYOUT  # type: ignore[attr-defined]
+    stale.SLOTS, stale.N_PHASES, stale.timeline_fold = slots, n_phases, c_fold  # type: ignore[attr-defined]
     monkeypatch.setitem(sys.modules, "traceml.analysis._fold", stale)
-    assert native.fold_module() is stale, "its record layout is right"
+    return stale
+
+
+def test_a_build_for_another_window_layout_is_not_used(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A .so built for another window layout would write sums into the wrong slots."""
+    stale = stale_build(monkeypatch, slots=22, n_phases=len(PHASES))
+    assert native.fold_module() is stale, "its record layout and phases are right"
     assert timeline._c_fold() is None
-    assert stats._c_module() is None
+
+
+def test_a_build_for_other_phases_is_not_used(monkeypatch: pytest.MonkeyPatch) -> None:
+    stale_build(monkeypatch, slots=timeline._SIZE, n_phases=len(PHASES) - 1)
+    assert native.fold_module() is None
+    assert timeline._c_fold() is None
+    assert spikes._c_median() is None
 
 
 def random_record(step: int, rng: random.Random) -> StepRecord:
@@ -211,7 +224,7 @@ def test_c_and_python_folds_make_the_same_window_stats(
     if seed % 4 == 0:  # a NaN step time: the C fold declines that batch, Python takes it
         records[7] = records[7]._replace(step_ms=math.nan)
     folded = []
-    for module in (None, stats._c_module()):
+    for module in (None, native.fold_module()):
         monkeypatch.setattr(stats, "_C", module)
         ws, i = WindowStats(capacity=8), 0
         while i < len(records):
@@ -229,7 +242,7 @@ def test_c_and_python_folds_make_the_same_window_stats(
 
 
 def test_the_stats_fold_declines_untouched() -> None:
-    c = stats._c_module()
+    c = native.fold_module()
     assert c is not None
     good = StepRecord(0, 1, 0.0, 2.0, (1.0,) * len(PHASES), "host", 5.0)
     odd = good._replace(host_rss_mb="12")  # type: ignore[arg-type]
@@ -256,7 +269,7 @@ def test_a_run_folds_to_the_same_summary_either_way(monkeypatch: pytest.MonkeyPa
         records[r] = records[r]._replace(step_ms=records[r].step_ms * 20 + 50)
     seen = []
     for on in (False, True):
-        monkeypatch.setattr(stats, "_C", stats._c_module() if on else None)
+        monkeypatch.setattr(stats, "_C", native.fold_module() if on else None)
         monkeypatch.setattr(timeline, "_C_FOLD", c_fold if on else None)
         store = RunStore(history_steps=512)
         for lo in range(0, len(records), 625):
@@ -271,7 +284,7 @@ def test_a_series_of_records_is_the_series_of_their_columns(
 ) -> None:
     """BlockSeries.add_records (C per block, or Python when the C fold is absent or declines)
     against add_many of the same columns, across halvings."""
-    monkeypatch.setattr(stats, "_C", stats._c_module() if c_on else None)
+    monkeypatch.setattr(stats, "_C", native.fold_module() if c_on else None)
     rng = random.Random(3)
     records = [random_record(s, rng) for s in range(2000)]
     by_records, by_columns = stats.BlockSeries(3, 8), stats.BlockSeries(3, 8)

@@ -11,13 +11,14 @@ import importlib
 from types import ModuleType
 
 from traceml.config import c_enabled
-from traceml.records import StepRecord
+from traceml.records import PHASES, StepRecord
 
 
 def fold_module() -> ModuleType | None:
     """traceml.analysis._fold when built, TRACEML_C_TIMER is not 0 (config.c_enabled) and it
-    reads StepRecord's fields where records.py has them (else a stale build: None).
-    (importlib: a static import of an extension module confuses the layer checker.)"""
+    reads StepRecord's fields where records.py has them, with as many phases (else a stale
+    build: None). (importlib: a static import of an extension module confuses the layer
+    checker.)"""
     if not c_enabled():
         return None
     try:
@@ -28,4 +29,4 @@ def fold_module() -> ModuleType | None:
     layout = getattr(c, "RECORD_LAYOUT", ())
     if not layout or any(i >= len(fields) or fields[i] != name for name, i in layout):
         return None
-    return c
+    return c if len(PHASES) == c.N_PHASES else None

@@ -20,7 +20,6 @@ from traceml.records import PHASES, Clock, StepRecord, SystemSample
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Sequence
-    from types import ModuleType
 
 SERIES_POINTS = 256
 """Most points a BlockSeries keeps; on overflow neighbouring blocks merge and the stride doubles."""
@@ -32,13 +31,8 @@ Point = tuple[int, float]
 """(step index, value) of a series."""
 
 
-def _c_module() -> ModuleType | None:
-    """_fold.c (stats_fold, block_fold) when built and allowed, for this module's phases."""
-    c = fold_module()
-    return c if c is not None and len(PHASES) == c.N_PHASES else None
-
-
-_C = _c_module()
+_C = fold_module()
+"""_fold.c (stats_fold, block_fold) when built and allowed; None: the Python folds below."""
 
 
 def total(values: Iterable[float]) -> float:

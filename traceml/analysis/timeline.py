@@ -58,7 +58,7 @@ def _c_fold() -> Callable[..., bool] | None:
     """_fold.c's timeline_fold when built and allowed (native.fold_module) for this module's
     window layout, else None."""
     c = fold_module()
-    if c is None or (c.SLOTS, c.N_PHASES) != (_SIZE, _NP):  # another layout: a stale build
+    if c is None or c.SLOTS != _SIZE:  # another window layout: a stale build
         return None
     fold: Callable[..., bool] = c.timeline_fold
     return fold
