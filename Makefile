@@ -8,7 +8,7 @@ TORCH_SPEC ?= torch==2.13.0
 
 install: $(BIN)/traceml
 
-$(BIN)/traceml: pyproject.toml setup.py traceml/instrument/_native.c traceml/analysis/_fold.c
+$(BIN)/traceml: pyproject.toml setup.py traceml/instrument/_native.c traceml/analysis/_fold.c traceml/transport/wire/_pack.c
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q "$(TORCH_SPEC)"

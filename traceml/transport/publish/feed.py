@@ -17,7 +17,7 @@ import zmq
 from traceml.errors import TransportError
 from traceml.records import RankEnd, RankInfo, StepRecord, SystemSample
 from traceml.transport.wire.address import CollectorAddress
-from traceml.transport.wire.codec import Header, Kind, pack, pack_array, topic
+from traceml.transport.wire.codec import Header, Kind, Packer, pack, pack_array, topic
 from traceml.transport.wire.node import node_key
 from traceml.transport.wire.security import make_client
 
@@ -39,6 +39,7 @@ class CollectorFeed:
         self.sent = 0
         self.dropped = 0
         self._seq = 0
+        self._packer = Packer()
 
     def open(self) -> None:
         """Connect (asynchronous in zmq: never waits for the peer) and queue the hello."""
@@ -68,7 +69,7 @@ class CollectorFeed:
     def send_steps(self, records: Sequence[StepRecord]) -> None:
         for lo in range(0, len(records), CHUNK):
             chunk = records[lo : lo + CHUNK]
-            self._push("rec", self._seq, pack_array([pack(r.to_wire()) for r in chunk]))
+            self._push("rec", self._seq, pack_array(self._packer.pack_steps(chunk)))
             self._seq += len(chunk)
 
     def send_system(self, sample: SystemSample) -> None:

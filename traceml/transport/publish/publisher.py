@@ -340,9 +340,8 @@ class Publisher:
     def _send_steps(self, records: Sequence[StepRecord]) -> None:
         if not self._unsent:
             self._unsent_first = self._history.next_seq
-        pack_one = self._packer.pack
         try:
-            packed = [pack_one(rec.to_wire()) for rec in records]
+            packed = self._packer.pack_steps(records)
         except (TypeError, ValueError, AttributeError):
             records, packed = self._packable(records)
         self._history.extend(packed)

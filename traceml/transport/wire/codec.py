@@ -7,13 +7,16 @@ else (WireVersionError for a frame of another TraceML version); nothing here eve
 from __future__ import annotations
 
 import gc
+import importlib
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+from types import ModuleType
 from typing import Any, Literal
 
 import msgpack
 
+from traceml.config import c_enabled
 from traceml.errors import SchemaError
 from traceml.records import WIRE_VERSION, StepRecord, step_record_of
 
@@ -36,14 +39,48 @@ def pack(obj: Any) -> bytes:
     return data
 
 
+def _pack_module() -> ModuleType | None:
+    """traceml.transport.wire._pack (the C packer) when built, TRACEML_C_TIMER is not 0
+    (config.c_enabled) and it leaves out the same trailing fields StepRecord.to_wire does (else
+    a stale build: None). (importlib: a static import of an extension confuses the layer
+    checker.)"""
+    if not c_enabled():
+        return None
+    try:
+        c = importlib.import_module("traceml.transport.wire._pack")
+    except ImportError:  # not built (no compiler at install)
+        return None
+    fields = StepRecord._fields
+    layout = getattr(c, "RECORD_LAYOUT", ())
+    if not layout or any(i >= len(fields) or fields[i] != name for name, i in layout):
+        return None
+    return c if len(fields) == c.RECORD_FIELDS else None
+
+
+_C = _pack_module()
+
+
 class Packer:
     """`pack` for one thread that packs many small items (a rank's step records): reusing one
     msgpack packer costs half of `pack`'s new packer per call. Not thread-safe."""
 
-    __slots__ = ("_packer",)
+    __slots__ = ("_c", "_packer")
 
-    def __init__(self) -> None:
+    def __init__(self, native: bool = True) -> None:
         self._packer = msgpack.Packer(use_bin_type=True)
+        self._c = _C if native else None
+        """The C packer of step records (_pack.c), None for the Python reference alone."""
+
+    def pack_steps(self, records: Sequence[StepRecord]) -> list[bytes]:
+        """`pack(rec.to_wire())` of each record, the same bytes whichever path packs them: in C
+        when built (0.55 µs a record less here), in Python for anything the C path declines
+        (which raises as `pack` does on what is not plain data)."""
+        if self._c is not None:
+            packed: list[bytes] | None = self._c.pack_steps(records, StepRecord, WIRE_VERSION)
+            if packed is not None:
+                return packed
+        pack_one = self.pack
+        return [pack_one(rec.to_wire()) for rec in records]
 
     def pack(self, obj: Any) -> bytes:
         """As `pack` (TypeError/ValueError on anything but plain data)."""
