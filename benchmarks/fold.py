@@ -5,10 +5,11 @@ Run: .venv/bin/python benchmarks/fold.py [--steps N]
 The rank's tx thread turns each step's RawStep into a StepRecord, folds it into the RunStore
 (stats, spikes, timeline) and packs it for the live publisher. Here each part runs on
 synthetic 0.4 ms steps (a spike every 500, RSS read every 25th step, as the step timer does)
-taken in ticks of 625 (what a 0.4 ms loop queues per 0.25 s tick) and, for the store, also one at a
-time and in 16- and 1,024-step batches. Inside a real training loop every figure is 2-5 times
-higher (code and data evicted by torch's kernels between ticks): benchmarks/overhead.py measures
-that, in every process of the run.
+taken in ticks of 625 (what a 0.4 ms loop queues per 0.25 s tick) and, for the store, also one
+at a time and in 16- and 1,024-step batches. Then what the job collector and a viewer pay per
+record: decoding the published frames and folding them. Inside a real training loop every
+figure is 2-5 times higher (code and data evicted by torch's kernels between ticks):
+benchmarks/overhead.py measures that, in every process of the run.
 """
 
 from __future__ import annotations
@@ -19,9 +20,11 @@ import time
 from traceml.analysis.store import RunStore
 from traceml.instrument.resolve import host_records, host_records_for
 from traceml.instrument.timer import RawStep, native
-from traceml.transport.wire.codec import Packer
+from traceml.transport.wire.codec import Packer, decode_steps, pack_array
 
 TICK = 625
+FRAME = 256
+"""Records per published frame (publisher.MAX_FRAME_RECORDS, the collector feed's CHUNK)."""
 HISTORY = 16_384
 
 
@@ -74,11 +77,22 @@ def main() -> None:
         whole = per_step_us(sum(spent), n)
         row(f"RunStore fold, {batch}-step batches", f"{whole}  (second half of the run: {late})")
 
-    packer = Packer()
+    for name, packer in (("Python", Packer(native=False)), ("C", Packer())):
+        t0 = time.perf_counter()
+        frames = [
+            pack_array(packer.pack_steps(records[lo : lo + FRAME])) for lo in range(0, n, FRAME)
+        ]
+        row(f"pack ({name}), {FRAME}-record frames", per_step_us(time.perf_counter() - t0, n))
+
+    # The job collector (and a viewer) decode each rank's frames and fold them into one store.
     t0 = time.perf_counter()
-    for rec in records:
-        packer.pack(rec.to_wire())
-    row("to_wire + pack (one reused packer)", per_step_us(time.perf_counter() - t0, n))
+    decoded = [decode_steps(frame) for frame in frames]
+    row("decode (frames to StepRecords)", per_step_us(time.perf_counter() - t0, n))
+    store = RunStore(HISTORY)
+    t0 = time.perf_counter()
+    for batch in decoded:
+        store.add_steps(batch)
+    row(f"fold the decoded frames ({FRAME} records each)", per_step_us(time.perf_counter() - t0, n))
 
 
 if __name__ == "__main__":

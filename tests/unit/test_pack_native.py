@@ -20,7 +20,7 @@ import pytest
 
 from traceml.records import PHASES, WIRE_VERSION, StepRecord
 from traceml.transport.wire import codec
-from traceml.transport.wire.codec import Packer, pack
+from traceml.transport.wire.codec import Packer, pack, pack_array
 
 c_pack = codec._pack_module()
 
@@ -168,3 +168,119 @@ def test_a_build_for_another_record_layout_is_not_used(
     stale.RECORD_LAYOUT, stale.RECORD_FIELDS = layout, fields  # type: ignore[attr-defined]
     monkeypatch.setitem(sys.modules, "traceml.transport.wire._pack", stale)
     assert codec._pack_module() is None
+
+
+# -- decoding -----------------------------------------------------------------------------------
+
+
+def python_decode(body: bytes, monkeypatch: pytest.MonkeyPatch) -> Any:
+    """decode_steps with the C path switched off: the records, or the exception type."""
+    with monkeypatch.context() as m:
+        m.setattr(codec, "_C", None)
+        try:
+            return codec.decode_steps(body)
+        except Exception as e:
+            return type(e)
+
+
+def c_decode(body: bytes) -> Any:
+    try:
+        return codec.decode_steps(body)
+    except Exception as e:
+        return type(e)
+
+
+def frame_of(records: Any, **packer: Any) -> bytes:
+    body: bytes = msgpack.packb(records, use_bin_type=True, **packer)
+    return body
+
+
+def finite_record(rng: random.Random) -> StepRecord:
+    """A record as a rank sends it: finite floats or None, ints for rank and step."""
+
+    def opt() -> float | None:
+        return (
+            None if rng.random() < 0.4 else rng.choice([0.0, -0.0, 5e-324, rng.uniform(-1e9, 1e9)])
+        )
+
+    return StepRecord(
+        rank=rng.choice(INTS),
+        step=rng.choice(INTS),
+        wall_start=rng.uniform(0, 2e9),
+        step_ms=rng.choice([0.0, -1.5, rng.lognormvariate(0, 2)]),
+        phases=tuple(opt() for _ in PHASES),
+        clock=rng.choice(["host", "cuda"]),
+        host_rss_mb=opt(),
+        device_allocated_mb=opt(),
+        device_reserved_mb=opt(),
+        device_peak_mb=opt(),
+        comm_wait_ms=opt(),
+        held_ms=opt(),
+    )
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_c_decodes_what_python_decodes(seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    rng = random.Random(seed)
+    records = [finite_record(rng) for _ in range(rng.choice([0, 1, 15, 16, 300]))]
+    body = pack_array(Packer(native=False).pack_steps(records))
+    assert c_pack is not None
+    direct = c_pack.unpack_steps(body, StepRecord, WIRE_VERSION, len(PHASES))
+    assert direct is not None, "a rank's records are what the C path models"
+    # repr tells 0 from 0.0 and -0.0 from 0.0, which == does not
+    assert repr(direct) == repr(python_decode(body, monkeypatch)) == repr(tuple(records))
+    assert all(type(r) is StepRecord for r in direct)
+
+
+def wire(**change: Any) -> list[Any]:
+    rec = StepRecord(3, 9, 1.5e9, 0.4, (0.1, None, 0.2, 0.05, None, None, 0.05), "host", 312.5)
+    out = [WIRE_VERSION, *rec[:10]]
+    for i, value in change.items():
+        out[int(i[1:])] = value
+    return out
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        frame_of([wire(f3=7)]),  # an int where a float belongs: kept as the int
+        frame_of([wire(f7=300)]),
+        frame_of([wire(f5=[0.1, 2, None, None, None, None, None])]),
+        frame_of([wire(f4=math.nan)]),  # not finite: the Python path's rules
+        frame_of([wire(f7=math.inf)]),
+        frame_of([wire(f5=[math.nan] * len(PHASES))]),
+        frame_of([wire()], use_single_float=True),  # float32
+        frame_of([wire(f1=True)]),
+        frame_of([wire(f2=2**64 - 1)]),
+        frame_of([wire(f0=WIRE_VERSION + 1)]),
+        frame_of([wire(f6="tpu")]),
+        frame_of([wire(f6="x" * 40)]),
+        frame_of([wire(f6=None)]),
+        frame_of([wire(f5=[0.1] * (len(PHASES) - 1))]),
+        frame_of([wire(f5="phases")]),
+        frame_of([[*wire(), None, None, None]]),  # 14 fields
+        frame_of([wire()[:10]]),  # 9 fields
+        frame_of([wire(), "not a record"]),
+        frame_of({"not": "an array"}),
+        frame_of([wire()]) + b"\xc0",  # trailing bytes
+        frame_of([wire()])[:-3],  # truncated
+        b"\xdd\xff\xff\xff\xff" + frame_of([wire()])[1:],  # a count the body cannot hold
+        b"",
+        b"\xc1",
+    ],
+)
+def test_what_c_does_not_decode_gives_pythons_result(
+    body: bytes, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert c_pack is not None
+    assert c_pack.unpack_steps(body, StepRecord, WIRE_VERSION, len(PHASES)) is None
+    assert repr(c_decode(body)) == repr(python_decode(body, monkeypatch))
+
+
+def test_each_trailing_field_count_decodes(monkeypatch: pytest.MonkeyPatch) -> None:
+    rec = StepRecord(0, 7, 1.0, 2.0, (0.5,) * len(PHASES), "cuda", 10.0)
+    cases = [rec, rec._replace(comm_wait_ms=0.25), rec._replace(held_ms=0.125)]
+    body = pack_array(Packer().pack_steps(cases))
+    assert c_pack is not None
+    assert c_pack.unpack_steps(body, StepRecord, WIRE_VERSION, len(PHASES)) == tuple(cases)
+    assert python_decode(body, monkeypatch) == tuple(cases)

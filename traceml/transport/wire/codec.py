@@ -18,7 +18,7 @@ import msgpack
 
 from traceml.config import c_enabled
 from traceml.errors import SchemaError
-from traceml.records import WIRE_VERSION, StepRecord, step_record_of
+from traceml.records import PHASES, WIRE_VERSION, StepRecord, step_record_of
 
 FRAME_VERSION = 1
 """Version of frame headers; a viewer refuses frames of any other version with a clear error."""
@@ -225,7 +225,7 @@ def step_from_wire(w: Any, finite: bool = False) -> StepRecord:
         and type(w[4]) is float
         and w[6] in _CLOCKS
         and type(w[5]) is tuple
-        and len(w[5]) == 7
+        and len(w[5]) == len(PHASES)
         and _NUMBER.issuperset(map(type, w[5]))
         and _NUMBER.issuperset(map(type, w[7:]))
     ):
@@ -240,6 +240,12 @@ def decode_steps(body: bytes) -> tuple[StepRecord, ...]:
     The cyclic GC is paused while a chunk decodes: thousands of fresh acyclic objects would
     otherwise trigger collections that cost as much as the decoding itself.
     """
+    if _C is not None:  # the same records, in C (_pack.c); None: Python decides
+        records: tuple[StepRecord, ...] | None = _C.unpack_steps(
+            body, StepRecord, WIRE_VERSION, len(PHASES)
+        )
+        if records is not None:
+            return records
     finite = _all_finite(body)
     enabled = gc.isenabled()
     gc.disable()
