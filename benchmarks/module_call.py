@@ -2,10 +2,11 @@
 
     .venv/bin/python benchmarks/module_call.py [--rounds 9]
 
-Interleaved rounds, in one process: bare, traced, bare again (the two bare figures' difference is
-the noise). "root" is one call of a leaf module inside a step (the timed path); "nested" is the
-per-module cost of a 101-module forward (the pass-through path every submodule takes). Prints
-the median and mean over rounds, in ns per call.
+Interleaved rounds, in one process: bare, traced with the Python timer, traced with the C one
+(the default when built), bare again (the two bare figures' difference is the noise). "root" is
+one call of a leaf module inside a step (the timed path); "nested" is the per-module cost of a
+101-module forward (the pass-through path every submodule takes). Prints the median and mean
+over rounds, in ns per call.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from collections.abc import Callable
 import torch
 
 from traceml.instrument import forward
-from traceml.instrument.timer import StepTimer
+from traceml.instrument.timer import RawStep, StepTimer, Timer, native
 
 torch.set_num_threads(1)
 LEAF = torch.nn.Identity()
@@ -38,7 +39,7 @@ def measure(root_calls: int = 20_000, deep_calls: int = 2_000) -> tuple[float, f
     return ns_per_call(LEAF, root_calls, 1), ns_per_call(DEEP, deep_calls, 101)
 
 
-def traced(timer: StepTimer) -> tuple[float, float]:
+def traced(timer: Timer) -> tuple[float, float]:
     _, undo = forward.install(torch, timer, print)
     timer.enter()
     try:
@@ -52,12 +53,16 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=9)
     rounds = parser.parse_args().rounds
-    timer = StepTimer(deque(maxlen=4))
+    py_timer: Timer = StepTimer(deque(maxlen=4))
     arms: dict[str, Callable[[], tuple[float, float]]] = {
         "bare": measure,
-        "traced": lambda: traced(timer),
-        "bare again": measure,
+        "traced, Python": lambda: traced(py_timer),
     }
+    c = native()
+    if c is not None:  # the default: the C timer, whose root calls go through _native.Root
+        c_timer: Timer = c.StepTimer(deque(maxlen=4), RawStep)
+        arms["traced, C"] = lambda: traced(c_timer)
+    arms["bare again"] = measure
     got: dict[str, list[tuple[float, float]]] = {name: [] for name in arms}
     for _ in range(rounds):
         for name, arm in arms.items():

@@ -157,3 +157,61 @@ def test_an_exception_in_the_model_reaches_the_user_and_leaves_no_state() -> Non
     rig.timer.exit()
     assert not rig.state.busy and not rig.errors
     assert rig.step(lambda: rig.call(rig.module(8)))[FORWARD] == 8
+
+
+class FailingClock(FakeClock):
+    """A clock that raises while `failing` (a broken timer must never reach the user)."""
+
+    failing = False
+
+    def __call__(self) -> int:
+        if self.failing:
+            raise RuntimeError("clock broke")
+        return self.t
+
+
+def test_a_broken_timer_is_reported_and_the_models_result_returned() -> None:
+    rig = Rig()
+    clock = FailingClock()
+    rig.timer = rig.make(rig.out, clock=clock)
+    rig.call = make_call(
+        lambda module, *a, **k: module(rig.call, *a, **k),
+        rig.timer,
+        rig.state,
+        rig.errors.append,
+        lambda: False,
+    )
+    rig.timer.enter()
+    clock.failing = True
+    assert rig.call(rig.module(5)) == "out"
+    clock.failing = False
+    rig.timer.exit()
+    assert [str(e) for e in rig.errors] == ["clock broke", "clock broke"]  # begin, then end
+    assert not rig.state.busy
+
+
+def test_arguments_and_keywords_reach_the_module() -> None:
+    rig = Rig()
+    seen: list[Any] = []
+
+    def module(_call: Callable[..., Any], *args: Any, **kwargs: Any) -> str:
+        seen.append((args, kwargs))
+        return "out"
+
+    assert rig.step(lambda: seen.append(rig.call(module, 1, 2, scale=3)))[FORWARD] == 0
+    assert seen == [((1, 2), {"scale": 3}), "out"]
+
+
+def test_an_interrupt_in_the_model_propagates_and_leaves_no_state() -> None:
+    rig = Rig()
+
+    def interrupted(_call: Callable[..., Any]) -> None:
+        rig.clock.advance(4)
+        raise KeyboardInterrupt
+
+    rig.timer.enter()
+    with pytest.raises(KeyboardInterrupt):
+        rig.call(interrupted)
+    rig.timer.exit()
+    assert not rig.state.busy and not rig.errors
+    assert rig.out[-1].phase_ns[FORWARD] == 4

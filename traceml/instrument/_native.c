@@ -826,6 +826,154 @@ static PyTypeObject EdgeType = {
     .tp_clear = (inquiry)Edge_clear,
 };
 
+/* Root(timer, state, original, on_error, forward, backward): the root-call half of
+ * forward.make_call's `nn.Module.__call__` wrapper, `root(module, *args, **kwargs)`. The wrapper
+ * itself stays Python (dynamo traces through it) and calls this only when no root is open and
+ * dynamo is not compiling; here: pass through unless on the owner thread, mark the root open
+ * (state.busy), and time `original` as `forward` inside a step unless backward is open (an
+ * activation checkpoint's recompute). `state` is forward.RootState, read and written through
+ * its attributes so that the Python wrapper and dynamo see the same object as before. */
+typedef struct {
+    PyObject_HEAD
+    vectorcallfunc vectorcall;
+    Timer *timer;
+    PyObject *state;
+    PyObject *original;
+    PyObject *on_error;
+    int forward;
+    int backward;
+} Root;
+
+static PyObject *BUSY; /* "busy" and "owner", RootState's attributes */
+static PyObject *OWNER;
+
+/* 1 when the calling thread is state.owner, 0 when not (or owner is None), -1 on error. */
+static int
+on_owner_thread(PyObject *state)
+{
+    PyObject *owner = PyObject_GetAttr(state, OWNER);
+    if (owner == NULL) {
+        return -1;
+    }
+    int mine = 0;
+    if (owner != Py_None) {
+        unsigned long id = PyLong_AsUnsignedLong(owner);
+        mine = id == PyThread_get_thread_ident();
+        if (id == (unsigned long)-1 && PyErr_Occurred()) {
+            mine = -1;
+        }
+    }
+    Py_DECREF(owner);
+    return mine;
+}
+
+static PyObject *
+Root_vectorcall(Root *self, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    int mine = on_owner_thread(self->state);
+    if (mine <= 0) {
+        if (mine < 0) {
+            return NULL;
+        }
+        return PyObject_Vectorcall(self->original, args, nargsf, kwnames);
+    }
+    if (PyObject_SetAttr(self->state, BUSY, Py_True) < 0) {
+        return NULL;
+    }
+    Timer *t = self->timer;
+    int timed = t->inside && !(t->label == self->backward && t->depth > 0);
+    if (timed && timer_begin(t, self->forward) < 0 && report(self->on_error) < 0) {
+        PyObject *raised = take_raised();
+        PyObject_SetAttr(self->state, BUSY, Py_False);
+        restore_raised(raised);
+        return NULL;
+    }
+    PyObject *result = PyObject_Vectorcall(self->original, args, nargsf, kwnames);
+    PyObject *raised = result == NULL ? take_raised() : NULL;
+    if (timed && timer_end(t) < 0 && report(self->on_error) < 0) {
+        Py_XDECREF(result);
+        Py_XDECREF(raised);
+        result = NULL;
+        raised = take_raised();
+    }
+    if (PyObject_SetAttr(self->state, BUSY, Py_False) < 0) {
+        Py_XDECREF(result);
+        Py_XDECREF(raised);
+        return NULL;
+    }
+    if (raised != NULL) {
+        restore_raised(raised);
+    }
+    return result;
+}
+
+static int
+Root_init(Root *self, PyObject *args, PyObject *kwds)
+{
+    static char *kwlist[] = {"timer", "state", "original", "on_error", "forward", "backward",
+                             NULL};
+    PyObject *timer, *state, *original, *on_error;
+    int forward, backward;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOOii:Root", kwlist, &timer, &state,
+                                     &original, &on_error, &forward, &backward)) {
+        return -1;
+    }
+    if (timer_arg(timer) == NULL || !valid_phase(forward) || !valid_phase(backward)) {
+        return -1;
+    }
+    Py_XSETREF(self->timer, (Timer *)Py_NewRef(timer));
+    Py_XSETREF(self->state, Py_NewRef(state));
+    Py_XSETREF(self->original, Py_NewRef(original));
+    Py_XSETREF(self->on_error, Py_NewRef(on_error));
+    self->forward = forward;
+    self->backward = backward;
+    self->vectorcall = (vectorcallfunc)Root_vectorcall;
+    return 0;
+}
+
+static int
+Root_traverse(Root *self, visitproc visit, void *arg)
+{
+    Py_VISIT(self->timer);
+    Py_VISIT(self->state);
+    Py_VISIT(self->original);
+    Py_VISIT(self->on_error);
+    return 0;
+}
+
+static int
+Root_clear(Root *self)
+{
+    Py_CLEAR(self->timer);
+    Py_CLEAR(self->state);
+    Py_CLEAR(self->original);
+    Py_CLEAR(self->on_error);
+    return 0;
+}
+
+static void
+Root_dealloc(Root *self)
+{
+    PyObject_GC_UnTrack(self);
+    Root_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyTypeObject RootType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "traceml.instrument._native.Root",
+    .tp_doc = "Root(timer, state, original, on_error, forward, backward): a root module call.",
+    .tp_basicsize = sizeof(Root),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
+    .tp_vectorcall_offset = offsetof(Root, vectorcall),
+    .tp_call = PyVectorcall_Call,
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)Root_init,
+    .tp_dealloc = (destructor)Root_dealloc,
+    .tp_traverse = (traverseproc)Root_traverse,
+    .tp_clear = (inquiry)Root_clear,
+};
+
 /* Step(timer, on_nested, on_error): what `trace_step` returns (as api.StepContext). A nested
  * one calls on_nested() and is otherwise ignored; the step's result is never suppressed. */
 typedef struct {
@@ -1094,14 +1242,16 @@ static struct PyModuleDef native_module = {
 PyMODINIT_FUNC
 PyInit__native(void)
 {
-    PyTypeObject *types[] = {&TimerType, &TimedType, &EdgeType, &StepType};
+    PyTypeObject *types[] = {&TimerType, &TimedType, &EdgeType, &RootType, &StepType};
     for (size_t i = 0; i < sizeof(types) / sizeof(types[0]); i++) {
         if (PyType_Ready(types[i]) < 0) {
             return NULL;
         }
     }
     HOST = PyUnicode_InternFromString("host");
-    if (HOST == NULL) {
+    BUSY = PyUnicode_InternFromString("busy");
+    OWNER = PyUnicode_InternFromString("owner");
+    if (HOST == NULL || BUSY == NULL || OWNER == NULL) {
         return NULL;
     }
     PyObject *m = PyModule_Create(&native_module);
@@ -1109,7 +1259,8 @@ PyInit__native(void)
         return NULL;
     }
     if (PyModule_AddType(m, &TimerType) < 0 || PyModule_AddType(m, &TimedType) < 0 ||
-        PyModule_AddType(m, &EdgeType) < 0 || PyModule_AddType(m, &StepType) < 0) {
+        PyModule_AddType(m, &EdgeType) < 0 || PyModule_AddType(m, &RootType) < 0 ||
+        PyModule_AddType(m, &StepType) < 0) {
         Py_DECREF(m);
         return NULL;
     }

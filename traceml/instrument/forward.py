@@ -25,7 +25,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from traceml.instrument.timer import BACKWARD, FORWARD, Timer
+from traceml.instrument.timer import BACKWARD, FORWARD, Timer, native_for
 
 OnError = Callable[[BaseException], None]
 
@@ -50,6 +50,47 @@ def make_call(
     is_compiling: Callable[[], bool],
 ) -> Callable[..., Any]:
     """The replacement for `torch.nn.Module.__call__`; `original` is the one it replaces."""
+    c = native_for(timer)
+    if c is None:
+        call = _python_call(original, timer, state, on_error, is_compiling)
+    else:
+        call = _c_call(
+            c.Root(timer, state, original, on_error, FORWARD, BACKWARD),
+            original,
+            state,
+            is_compiling,
+        )
+    call.__wrapped__ = original  # type: ignore[attr-defined]
+    call.__traceml__ = True  # type: ignore[attr-defined]
+    return call
+
+
+def _c_call(
+    root: Callable[..., Any],
+    original: Callable[..., Any],
+    state: RootState,
+    is_compiling: Callable[[], bool],
+) -> Callable[..., Any]:
+    """With the C timer, a root call's work after the first test (owner thread, timing, `busy`)
+    is one C call, `_native.Root` (0.5 µs a root call less than `_python_call`, its reference).
+    The first test stays here, in Python, so nested calls pay no C call and dynamo, which
+    traces through this function, sees `is_compiling()` and the original call only."""
+
+    def __call__(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if state.busy or is_compiling():
+            return original(self, *args, **kwargs)
+        return root(self, *args, **kwargs)
+
+    return __call__
+
+
+def _python_call(
+    original: Callable[..., Any],
+    timer: Timer,
+    state: RootState,
+    on_error: OnError,
+    is_compiling: Callable[[], bool],
+) -> Callable[..., Any]:
     get_ident = threading.get_ident
 
     def __call__(self: Any, *args: Any, **kwargs: Any) -> Any:
@@ -75,8 +116,6 @@ def make_call(
         finally:
             state.busy = False
 
-    __call__.__wrapped__ = original  # type: ignore[attr-defined]
-    __call__.__traceml__ = True  # type: ignore[attr-defined]
     return __call__
 
 
