@@ -49,73 +49,50 @@ def make_call(
     on_error: OnError,
     is_compiling: Callable[[], bool],
 ) -> Callable[..., Any]:
-    """The replacement for `torch.nn.Module.__call__`; `original` is the one it replaces."""
+    """The replacement for `torch.nn.Module.__call__`; `original` is the one it replaces.
+
+    With the C timer, a root call's work after the first test (owner thread, timing, `busy`) is
+    one C call, `_native.Root` (0.5 µs a root call less than the Python body below, its
+    reference). The first test stays Python either way, so nested calls pay no C call and
+    dynamo, which traces through this function, sees `is_compiling()` and the original call.
+    """
     c = native_for(timer)
-    if c is None:
-        call = _python_call(original, timer, state, on_error, is_compiling)
+    if c is not None:
+        root = c.Root(timer, state, original, on_error, FORWARD, BACKWARD)
+
+        def __call__(self: Any, *args: Any, **kwargs: Any) -> Any:
+            if state.busy or is_compiling():
+                return original(self, *args, **kwargs)
+            return root(self, *args, **kwargs)
+
     else:
-        call = _c_call(
-            c.Root(timer, state, original, on_error, FORWARD, BACKWARD),
-            original,
-            state,
-            is_compiling,
-        )
-    call.__wrapped__ = original  # type: ignore[attr-defined]
-    call.__traceml__ = True  # type: ignore[attr-defined]
-    return call
+        get_ident = threading.get_ident
 
-
-def _c_call(
-    root: Callable[..., Any],
-    original: Callable[..., Any],
-    state: RootState,
-    is_compiling: Callable[[], bool],
-) -> Callable[..., Any]:
-    """With the C timer, a root call's work after the first test (owner thread, timing, `busy`)
-    is one C call, `_native.Root` (0.5 µs a root call less than `_python_call`, its reference).
-    The first test stays here, in Python, so nested calls pay no C call and dynamo, which
-    traces through this function, sees `is_compiling()` and the original call only."""
-
-    def __call__(self: Any, *args: Any, **kwargs: Any) -> Any:
-        if state.busy or is_compiling():
-            return original(self, *args, **kwargs)
-        return root(self, *args, **kwargs)
-
-    return __call__
-
-
-def _python_call(
-    original: Callable[..., Any],
-    timer: Timer,
-    state: RootState,
-    on_error: OnError,
-    is_compiling: Callable[[], bool],
-) -> Callable[..., Any]:
-    get_ident = threading.get_ident
-
-    def __call__(self: Any, *args: Any, **kwargs: Any) -> Any:
-        if state.busy or is_compiling() or get_ident() != state.owner:
-            return original(self, *args, **kwargs)
-        state.busy = (
-            True  # set outside steps too, so a compiled module sees one value (no recompile)
-        )
-        try:
-            if not timer.inside or timer.in_phase(BACKWARD):
+        def __call__(self: Any, *args: Any, **kwargs: Any) -> Any:
+            if state.busy or is_compiling() or get_ident() != state.owner:
                 return original(self, *args, **kwargs)
+            state.busy = (
+                True  # set outside steps too, so a compiled module sees one value (no recompile)
+            )
             try:
-                timer.begin(FORWARD)
-            except Exception as e:  # noqa: BLE001 - never into the user's loop
-                on_error(e)
-            try:
-                return original(self, *args, **kwargs)
-            finally:
+                if not timer.inside or timer.in_phase(BACKWARD):
+                    return original(self, *args, **kwargs)
                 try:
-                    timer.end(FORWARD)
-                except Exception as e:  # noqa: BLE001
+                    timer.begin(FORWARD)
+                except Exception as e:  # noqa: BLE001 - never into the user's loop
                     on_error(e)
-        finally:
-            state.busy = False
+                try:
+                    return original(self, *args, **kwargs)
+                finally:
+                    try:
+                        timer.end(FORWARD)
+                    except Exception as e:  # noqa: BLE001
+                        on_error(e)
+            finally:
+                state.busy = False
 
+    __call__.__wrapped__ = original  # type: ignore[attr-defined]
+    __call__.__traceml__ = True  # type: ignore[attr-defined]
     return __call__
 
 

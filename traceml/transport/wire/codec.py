@@ -7,7 +7,6 @@ else (WireVersionError for a frame of another TraceML version); nothing here eve
 from __future__ import annotations
 
 import gc
-import importlib
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -16,8 +15,8 @@ from typing import Any, Literal
 
 import msgpack
 
-from traceml.config import c_enabled
 from traceml.errors import SchemaError
+from traceml.extensions import load
 from traceml.records import PHASES, WIRE_VERSION, StepRecord, step_record_of
 
 FRAME_VERSION = 1
@@ -40,21 +39,11 @@ def pack(obj: Any) -> bytes:
 
 
 def _pack_module() -> ModuleType | None:
-    """traceml.transport.wire._pack (the C packer) when built, TRACEML_C_TIMER is not 0
-    (config.c_enabled) and it leaves out the same trailing fields StepRecord.to_wire does (else
-    a stale build: None). (importlib: a static import of an extension confuses the layer
-    checker.)"""
-    if not c_enabled():
-        return None
-    try:
-        c = importlib.import_module("traceml.transport.wire._pack")
-    except ImportError:  # not built (no compiler at install)
-        return None
-    fields = StepRecord._fields
-    layout = getattr(c, "RECORD_LAYOUT", ())
-    if not layout or any(i >= len(fields) or fields[i] != name for name, i in layout):
-        return None
-    return c if len(fields) == c.RECORD_FIELDS else None
+    """traceml.transport.wire._pack (the C packer and decoder) when built and allowed
+    (extensions.load: TRACEML_C_TIMER, the record layout) and built for as many fields as
+    StepRecord has, the trailing ones it leaves out included (else a stale build: None)."""
+    c = load("traceml.transport.wire._pack")
+    return c if c is not None and len(StepRecord._fields) == c.RECORD_FIELDS else None
 
 
 _C = _pack_module()
