@@ -400,6 +400,14 @@ Timer_use_comm(Timer *self, PyObject *take)
     Py_RETURN_NONE;
 }
 
+/* Whether phase `idx` is the innermost one open (Timer.in_phase; forward's Root asks it of
+ * backward). */
+static int
+timer_in_phase(Timer *self, long idx)
+{
+    return self->label == idx && self->depth > 0;
+}
+
 static PyObject *
 Timer_in_phase(Timer *self, PyObject *arg)
 {
@@ -407,7 +415,7 @@ Timer_in_phase(Timer *self, PyObject *arg)
     if (idx == -1 && PyErr_Occurred()) {
         return NULL;
     }
-    return PyBool_FromLong(self->label == idx && self->depth > 0);
+    return PyBool_FromLong(timer_in_phase(self, idx));
 }
 
 static PyObject *
@@ -881,7 +889,7 @@ Root_vectorcall(Root *self, PyObject *const *args, size_t nargsf, PyObject *kwna
         return NULL;
     }
     Timer *t = self->timer;
-    int timed = t->inside && !(t->label == self->backward && t->depth > 0);
+    int timed = t->inside && !timer_in_phase(t, self->backward);
     if (timed && timer_begin(t, self->forward) < 0 && report(self->on_error) < 0) {
         PyObject *raised = take_raised();
         PyObject_SetAttr(self->state, BUSY, Py_False);

@@ -324,10 +324,7 @@ take_int(Cursor *c, long long *out, PyObject **obj)
     unsigned char b = *c->p++;
     long long d;
     if (b <= 0x7f || b >= 0xe0) { /* positive and negative fixint */
-        d = (signed char)b;
-        if (b <= 0x7f) {
-            d = b;
-        }
+        d = b <= 0x7f ? b : (signed char)b;
     }
     else if (b >= 0xcc && b <= 0xcf) { /* uint 8 .. 64 */
         if (take_be(c, 1 << (b - 0xcc), &v) != OK) {
