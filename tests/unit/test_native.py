@@ -173,6 +173,25 @@ def test_timed_returns_the_result_and_times_the_call() -> None:
     assert not rig.errors
 
 
+def test_timed_after_can_be_set_and_cleared_later() -> None:
+    """How the backward wrapper gets DDP's comm-wait call only once a DDP model is attached."""
+    rig = Rig()
+    done: list[int] = []
+    timed = rig.timed(BACKWARD, lambda: "ok")
+    assert timed.after is None
+    mark = lambda: done.append(1)  # noqa: E731
+    timed.after = mark
+    assert timed.after is mark
+    assert timed() == "ok"
+    timed.after = None
+    assert timed.after is None
+    assert timed() == "ok"
+    assert done == [1]
+    with pytest.raises(AttributeError, match="cannot be deleted"):
+        del timed.after
+    assert not rig.errors
+
+
 def test_timed_passes_the_calls_exception_through_and_still_ends_the_phase() -> None:
     rig = Rig()
 

@@ -719,6 +719,29 @@ static PyMemberDef Timed_members[] = {
     {NULL, 0, 0, 0, NULL},
 };
 
+static PyObject *
+Timed_get_after(Timed *self, void *Py_UNUSED(closure))
+{
+    return Py_NewRef(self->after != NULL ? self->after : Py_None);
+}
+
+static int
+Timed_set_after(Timed *self, PyObject *value, void *Py_UNUSED(closure))
+{
+    if (value == NULL) {
+        PyErr_SetString(PyExc_AttributeError, "after cannot be deleted (set it to None)");
+        return -1;
+    }
+    set_optional(&self->after, value);
+    return 0;
+}
+
+static PyGetSetDef Timed_getset[] = {
+    {"after", (getter)Timed_get_after, (setter)Timed_set_after,
+     "Called with no arguments after each call's phase ends, or None.", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
 static PyTypeObject TimedType = {
     PyVarObject_HEAD_INIT(NULL, 0)
     .tp_name = "traceml.instrument._native.Timed",
@@ -735,6 +758,7 @@ static PyTypeObject TimedType = {
     .tp_traverse = (traverseproc)Timed_traverse,
     .tp_clear = (inquiry)Timed_clear,
     .tp_members = Timed_members,
+    .tp_getset = Timed_getset,
 };
 
 /* Edge(timer, idx, starts, on_error, note): an optimizer step hook `(opt, args, kwargs)` that

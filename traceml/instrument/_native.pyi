@@ -34,6 +34,7 @@ class StepTimer:
 
 class Timed:
     __wrapped__: Callable[..., Any]
+    after: Callable[[], None] | None
     def __init__(
         self,
         timer: StepTimer,

@@ -60,29 +60,31 @@ def make_call(
     if c is not None:
         root = c.Root(timer, state, original, on_error, FORWARD, BACKWARD)
 
-        def __call__(self: Any, *args: Any, **kwargs: Any) -> Any:
+        # The module is args[0] (in both bodies): passing `args` on as it came builds no new
+        # tuple, where `original(self, *args)` builds a list and a tuple on every module call.
+        def __call__(*args: Any, **kwargs: Any) -> Any:
             if state.busy or is_compiling():
-                return original(self, *args, **kwargs)
-            return root(self, *args, **kwargs)
+                return original(*args, **kwargs)
+            return root(*args, **kwargs)
 
     else:
         get_ident = threading.get_ident
 
-        def __call__(self: Any, *args: Any, **kwargs: Any) -> Any:
+        def __call__(*args: Any, **kwargs: Any) -> Any:
             if state.busy or is_compiling() or get_ident() != state.owner:
-                return original(self, *args, **kwargs)
+                return original(*args, **kwargs)
             state.busy = (
                 True  # set outside steps too, so a compiled module sees one value (no recompile)
             )
             try:
                 if not timer.inside or timer.in_phase(BACKWARD):
-                    return original(self, *args, **kwargs)
+                    return original(*args, **kwargs)
                 try:
                     timer.begin(FORWARD)
                 except Exception as e:  # noqa: BLE001 - never into the user's loop
                     on_error(e)
                 try:
-                    return original(self, *args, **kwargs)
+                    return original(*args, **kwargs)
                 finally:
                     try:
                         timer.end(FORWARD)

@@ -37,6 +37,9 @@ class Hooks:
         self.comm = CommWait()
         """DDP all-reduce wait of the current step, fed by the comm hook and backward's end."""
         self._links: list[CommLink] = []
+        self._backward: Any = None
+        """The backward wrapper (auto mode). Its `after` ends DDP's comm wait at backward's end,
+        set only once a DDP model is attached: other runs pay no call for it each step."""
 
     @property
     def installed(self) -> int:
@@ -52,17 +55,13 @@ class Hooks:
         else:  # inherited: deleting ours uncovers the base class's again
             self._undo.append(lambda: delattr(owner, name))
 
-    def _timed(
-        self,
-        idx: int,
-        original: Callable[..., Any],
-        after: Callable[[], None] | None = None,
-    ) -> Callable[..., Any]:
+    def _timed(self, idx: int, original: Callable[..., Any]) -> Any:
+        """`original` timed as phase `idx`. Its `after` (None at first) may be set to a callable
+        to run when each call's phase has ended."""
         timer, on_error = self._timer, self._on_error
         c = native_for(timer)
         if c is not None:  # the same wrapper in C: no Python frame per call
-            timed: Callable[..., Any] = c.Timed(timer, idx, original, after, on_error)
-            return timed
+            return c.Timed(timer, idx, original, None, on_error)
 
         def wrapper(*args: Any, **kwargs: Any) -> Any:
             try:
@@ -74,12 +73,14 @@ class Hooks:
             finally:
                 try:
                     timer.end(idx)
+                    after = wrapper.after  # type: ignore[attr-defined]
                     if after is not None:
                         after()
                 except Exception as e:  # noqa: BLE001
                     on_error(e)
 
         wrapper.__wrapped__ = original  # type: ignore[attr-defined]
+        wrapper.after = None  # type: ignore[attr-defined]
         return wrapper
 
     def install_auto(self, torch: Any, h2d: bool) -> None:
@@ -94,8 +95,7 @@ class Hooks:
         if "backward" not in skip:
             # `Tensor.backward` looks `torch.autograd.backward` up at each call, so one wrapper
             # times both (one layer, not two: ~1 µs a step less).
-            done = self.comm.backward_done
-            self._patch(torch.autograd, "backward", lambda f: self._timed(BACKWARD, f, after=done))
+            self._patch(torch.autograd, "backward", self._timed_backward)
         if "optimizer" not in skip:
             self._install_optimizer(torch)
         if h2d:
@@ -140,6 +140,12 @@ class Hooks:
             opt.register_optimizer_step_post_hook(post),
         ):
             self._undo.append(handle.remove)
+
+    def _timed_backward(self, original: Callable[..., Any]) -> Any:
+        self._backward = self._timed(BACKWARD, original)
+        if self._links:
+            self._backward.after = self.comm.backward_done
+        return self._backward
 
     def install_h2d(self, torch: Any) -> None:
         """Time host-to-device copies started inside the step (`Tensor.to`, `Tensor.cuda`)."""
@@ -191,6 +197,8 @@ class Hooks:
         if link is not None:
             self._links.append(link)
             self._timer.use_comm(self.comm.take)
+            if self._backward is not None:
+                self._backward.after = self.comm.backward_done
 
     def remove(self) -> None:
         """Undo every patch and hook, newest first. Safe to call twice."""
@@ -201,6 +209,7 @@ class Hooks:
             except Exception as e:  # noqa: BLE001
                 self._on_error(e)
         self.roots = None
+        self._backward = None
         for link in self._links:
             link.comm = None
         if self._links:
