@@ -49,6 +49,8 @@ bench: install
 	$(BIN)/python benchmarks/transport.py
 	$(BIN)/python benchmarks/viewer.py
 	$(BIN)/python benchmarks/distributed.py
+	@if command -v valgrind >/dev/null; then $(BIN)/python benchmarks/instructions.py; \
+	else echo "benchmarks/instructions.py skipped: valgrind is not installed"; fi
 
 bench-quick: install
 	$(BIN)/python benchmarks/overhead.py --quick

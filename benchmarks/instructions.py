@@ -1,0 +1,279 @@
+"""Instructions TraceML adds to a step, counted by valgrind: exact where the clock is noisy.
+
+Run: .venv/bin/python benchmarks/instructions.py [--short N] [--long N] [--top K]
+
+overhead.py, layers.py and inloop.py time steps, and a 2-core host moves a 0.4 ms step by 2-5 µs
+from one block or process to the next: a change that saves 0.5 µs cannot be seen there. This
+benchmark counts instead. Each arm runs as its own process under valgrind's callgrind (one
+file per thread) at two run lengths, and the difference of the two counts, per step, is what
+a step executes, start-up and exit cancelled:
+
+  bare        the loop without TraceML (no import)
+  init        traceml.init(mode="auto") and no trace_step: every patch passes through
+  trace_step  init and `traceml.trace_step(model)` around every step (the default C path)
+
+Columns: instructions per step on the training thread, and on every other thread of the
+process together (TraceML's tx thread, zmq's I/O threads, torch's), each as added to bare.
+`--top K` lists the K functions whose own instructions per step on the training thread grew
+most from bare to trace_step (callgrind_annotate's self cost).
+
+Instructions are not time: a cache miss costs more than an instruction, and the GIL's
+hand-offs between the two threads are not in it. What the count gives is a figure that does
+not move with the host's load, so a change of a few hundred instructions a step can be read
+directly. For scale, the bare step's count is printed beside its time natively.
+
+So that the count is the same from one run to the next, the child (under valgrind a step runs
+about 50 times slower):
+- lets the tx thread sleep through the loop and fold, pack and publish every step at the exit
+  (still inside the slope: it is per step); its once-a-tick and once-a-second work (publisher
+  service, system samples, heartbeat finding: about 0.8 µs a step natively, inloop.py --tx)
+  is left out, and the threads never contend for the GIL, which valgrind runs in turns;
+- collects garbage after the warm-up, and prints the collections the counted steps caused;
+- runs with PYTHONHASHSEED=0, so that dict lookups probe the same slots in every run;
+- keeps 256 step records (4,096 by default) so both runs' summaries at exit cost the same;
+- turns the RSS read (every 10 ms natively, every step at valgrind's pace) into a constant -1.
+Needs valgrind (`apt install valgrind`); takes 5-10 minutes on 2 cores.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+ARMS = ("bare", "init", "trace_step")
+WARMUP = 200
+HISTORY = 256
+"""Step records the child keeps (4,096 by default): fewer than --short's, see child()."""
+
+
+def child(arm: str, steps: int, width: int) -> None:
+    """The loop, as run under valgrind; prints the mean step time (µs) on stderr."""
+    import itertools
+
+    import torch
+    from _common import Loop
+
+    torch.set_num_threads(1)
+    loop = Loop(width, 32)
+    if arm != "bare":
+        from dataclasses import replace
+
+        import traceml
+        from traceml import api
+        from traceml.instrument import memory, worker
+
+        # No tick during the loop: the tx thread folds, packs and publishes every step at the
+        # exit instead, so the two threads never contend for the GIL under valgrind (which runs
+        # them in turns and would count its hand-offs), and its per-step work is still counted.
+        worker.TICK_S = 1e9
+        # A C callable: the timer's RSS read costs one call and returns "unreadable".
+        memory.HostRss.pages = staticmethod(itertools.repeat(-1).__next__)  # type: ignore[assignment]
+        # Both runs fill the history ring, so the summary at exit costs both the same.
+        from traceml.config import settings_from_env
+
+        api.settings_from_env = lambda *a, **k: replace(  # type: ignore[attr-defined]
+            settings_from_env(*a, **k), history_steps=HISTORY
+        )
+        traceml.init(mode="auto", summary=Path(tempfile.gettempdir()) / f"tm-insn-{os.getpid()}")
+    traced = arm == "trace_step"
+    loop.block(WARMUP, traced=traced)
+    # Every run starts the counted steps with empty young generations: a full collection
+    # (tens of millions of instructions in a torch process) in one run and not the other would
+    # otherwise swing the slope by more than TraceML's own work.
+    gc.collect()
+    before = [g["collections"] for g in gc.get_stats()]
+    t0 = time.perf_counter()
+    loop.block(steps, traced=traced)
+    print(f"{(time.perf_counter() - t0) / steps * 1e6:.1f}", file=sys.stderr)
+    after = [g["collections"] for g in gc.get_stats()]
+    print("gc " + " ".join(str(b - a) for a, b in zip(before, after, strict=True)), file=sys.stderr)
+    if arm != "bare":
+        import traceml
+
+        saved = os.dup(2)
+        with open(os.devnull, "w") as null:
+            os.dup2(null.fileno(), 2)
+            traceml.shutdown()
+        os.dup2(saved, 2)
+
+
+def thread_files(prefix: Path) -> dict[int, tuple[int, Path]]:
+    """(instructions, file) by thread number (1 = main) from callgrind's per-thread files."""
+    out: dict[int, tuple[int, Path]] = {}
+    for f in prefix.parent.glob(prefix.name + ".*-[0-9][0-9]"):
+        text = f.read_text(errors="replace")
+        thread = re.search(r"^thread: (\d+)", text, re.M)
+        total = re.search(r"^(?:summary|totals): (\d+)", text, re.M)
+        if thread and total:
+            out[int(thread.group(1))] = (int(total.group(1)), f)
+    return out
+
+
+@dataclass
+class Run:
+    threads: dict[int, tuple[int, Path]]
+    """(instructions, callgrind file) by thread number, 1 the main (training) thread."""
+    gc: str
+    """Collections of generations 0, 1 and 2 during the counted steps."""
+
+
+def run_arm(arm: str, steps: int, width: int, tmp: Path) -> Run:
+    """One child under callgrind: its threads' instructions and files."""
+    prefix = tmp / f"{arm}.{steps}"
+    cmd = [
+        "valgrind",
+        "--tool=callgrind",
+        "--separate-threads=yes",
+        f"--callgrind-out-file={prefix}.%p",
+        sys.executable,
+        __file__,
+        "--child",
+        arm,
+        str(steps),
+        "--width",
+        str(width),
+    ]
+    # One string hash for every child: dict lookups' probe lengths, and so their instructions,
+    # depend on it (thousands a step between two seeds).
+    env = {**os.environ, "PYTHONHASHSEED": "0"}
+    done = subprocess.run(cmd, capture_output=True, text=True, cwd=Path(__file__).parent, env=env)
+    if done.returncode != 0:
+        raise SystemExit(f"{arm} ({steps} steps) failed under valgrind:\n{done.stderr[-2000:]}")
+    collections = re.findall(r"^gc ([\d ]+)$", done.stderr, re.M)
+    return Run(thread_files(prefix), collections[-1] if collections else "?")
+
+
+def self_costs(path: Path) -> dict[str, int]:
+    """callgrind_annotate's self cost per function of one thread's file."""
+    text = subprocess.run(
+        ["callgrind_annotate", "--threshold=100", str(path)],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    costs: dict[str, int] = {}
+    for line in text.splitlines():
+        m = re.match(r"\s*([\d,]+)\s+\(\s*[\d.]+%\)\s+(?!=>)(\S.*)", line)
+        if m and "PROGRAM TOTALS" not in line and "events annotated" not in line:
+            # One name per function: callgrind marks recursion depth with 'N.
+            name = re.sub(r"\s*\[[^\]]*\]$", "", m.group(2)).split("/")[-1]
+            name = re.sub(r"'\d+$", "", name)
+            costs[name] = costs.get(name, 0) + int(m.group(1).replace(",", ""))
+    return costs
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
+    ap.add_argument("--short", type=int, default=400, help="steps of the short run")
+    ap.add_argument("--long", type=int, default=1400, help="steps of the long run")
+    ap.add_argument("--width", type=int, default=16, help="MLP width (16: ~0.4 ms a step here)")
+    ap.add_argument("--arms", nargs="+", choices=ARMS[1:], default=ARMS[1:], help="beside bare")
+    ap.add_argument("--top", type=int, default=0, help="list the K functions that grew most")
+    ap.add_argument("--child", nargs=2, metavar=("ARM", "STEPS"), help=argparse.SUPPRESS)
+    a = ap.parse_args()
+    if a.child:
+        child(a.child[0], int(a.child[1]), a.width)
+        return
+    if shutil.which("valgrind") is None:
+        print(
+            "valgrind is not installed: apt install valgrind, then run this again", file=sys.stderr
+        )
+        raise SystemExit(2)
+    if a.long <= a.short or a.short <= HISTORY:
+        ap.error(f"--short must be over {HISTORY} steps, and --long more than --short")
+    arms = ("bare", *(arm for arm in ARMS[1:] if arm in a.arms))
+    runs = [(arm, n) for arm in arms for n in (a.short, a.long)]
+    native = native_step_us(a.width)
+    with tempfile.TemporaryDirectory(prefix="traceml-insn-") as tmp:
+        workers = max(1, min(len(runs), os.cpu_count() or 1))
+        with ThreadPoolExecutor(max_workers=workers) as pool:
+            counts = pool.map(lambda r: run_arm(*r, a.width, Path(tmp)), runs)
+            got = dict(zip(runs, counts, strict=True))
+        span = a.long - a.short
+
+        def slope(arm: str, main_thread: bool) -> float:
+            def count(n: int) -> int:
+                threads = got[(arm, n)].threads.items()
+                return sum(v for t, (v, _) in threads if (t == 1) == main_thread)
+
+            return (count(a.long) - count(a.short)) / span
+
+        b_main, b_other = slope("bare", True), slope("bare", False)
+        print(
+            f"instructions per step (callgrind, {a.long:,} less {a.short:,} steps, MLP width "
+            f"{a.width}; the bare step takes {native:.0f} µs natively)"
+        )
+        print(f"  {'':12s} {'training thread':>24s} {'other threads':>14s}   gc 0/1/2, long run")
+        gcs = {arm: got[(arm, a.long)].gc.replace(" ", "/") for arm in arms}
+        print(f"  {'bare':12s} {b_main:24,.0f} {b_other:14,.0f}   {gcs['bare']}")
+        for arm in arms[1:]:
+            m, o = slope(arm, True), slope(arm, False)
+            share = (m / b_main - 1) * 100
+            print(
+                f"  {arm:12s} {m - b_main:+15,.0f} ({share:+4.1f} %) {o - b_other:+14,.0f}"
+                f"   {gcs[arm]}"
+            )
+        if a.top and "trace_step" in arms:
+            top(got, a.short, a.long, a.top)
+
+
+def top(got: dict[tuple[str, int], Run], short: int, long: int, k: int) -> None:
+    """The k functions whose own instructions per step grew most, from bare to trace_step, on
+    the training thread and on the others together."""
+    for main_thread, title in ((True, "training thread"), (False, "other threads")):
+        cost = {
+            (arm, n): added(
+                self_costs(f)
+                for t, (_, f) in got[(arm, n)].threads.items()
+                if (t == 1) == main_thread
+            )
+            for arm in ("bare", "trace_step")
+            for n in (short, long)
+        }
+        grown = {
+            name: sum(
+                sign * (cost[(arm, long)].get(name, 0) - cost[(arm, short)].get(name, 0))
+                for arm, sign in (("trace_step", 1), ("bare", -1))
+            )
+            / (long - short)
+            for name in {n for c in cost.values() for n in c}
+        }
+        print(f"\n{title}, trace_step against bare: the {k} functions whose own instructions")
+        print("per step grew most (callgrind_annotate's self cost)")
+        for name in sorted(grown, key=grown.__getitem__, reverse=True)[:k]:
+            print(f"  {grown[name]:+9,.0f}  {name[:100]}")
+
+
+def added(costs: Iterable[dict[str, int]]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for c in costs:
+        for name, n in c.items():
+            out[name] = out.get(name, 0) + n
+    return out
+
+
+def native_step_us(width: int) -> float:
+    """The bare loop's mean step natively (µs), for scale."""
+    done = subprocess.run(
+        [sys.executable, __file__, "--child", "bare", "2000", "--width", str(width)],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=Path(__file__).parent,
+    )
+    return float(re.findall(r"^([\d.]+)$", done.stderr, re.M)[-1])
+
+
+if __name__ == "__main__":
+    main()
