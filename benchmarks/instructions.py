@@ -66,6 +66,7 @@ def child(arm: str, steps: int, width: int) -> None:
 
     torch.set_num_threads(1)
     loop = Loop(width, 32)
+    out = tempfile.mkdtemp(prefix="traceml-insn-child-")
     if arm != "bare":
         from dataclasses import replace
 
@@ -85,7 +86,7 @@ def child(arm: str, steps: int, width: int) -> None:
         api.settings_from_env = lambda *a, **k: replace(  # type: ignore[attr-defined]
             settings_from_env(*a, **k), history_steps=HISTORY
         )
-        traceml.init(mode="auto", summary=Path(tempfile.gettempdir()) / f"tm-insn-{os.getpid()}")
+        traceml.init(mode="auto", summary=Path(out) / "final_summary.json")
     traced = arm == "trace_step"
     loop.block(WARMUP, traced=traced)
     # Every run starts the counted steps with empty young generations: a full collection
@@ -101,11 +102,13 @@ def child(arm: str, steps: int, width: int) -> None:
     if arm != "bare":
         import traceml
 
-        saved = os.dup(2)
+        saved = os.dup(2)  # the card on stderr is not this benchmark's output
         with open(os.devnull, "w") as null:
             os.dup2(null.fileno(), 2)
             traceml.shutdown()
         os.dup2(saved, 2)
+        os.close(saved)
+    shutil.rmtree(out, ignore_errors=True)
 
 
 def thread_files(prefix: Path) -> dict[int, tuple[int, Path]]:
