@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 from typing import Any
 
@@ -82,3 +83,17 @@ def byte_compile() -> str:
     root = Path(__file__).resolve().parent.parent
     ok = all(compileall.compile_dir(root / pkg, quiet=1) for pkg in ("traceml", "tui/traceml_tui"))
     return "byte-compiled (as a wheel install is)" if ok else "byte-compiling failed"
+
+
+def quiet_shutdown() -> None:
+    """End the session without its card on stderr (fd 2): it is not this benchmark's output."""
+    import traceml
+
+    saved = os.dup(2)
+    with open(os.devnull, "w") as null:
+        os.dup2(null.fileno(), 2)
+        try:
+            traceml.shutdown()
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)

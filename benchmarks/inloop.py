@@ -27,7 +27,6 @@ blocks (every other one), what the same arm moves by within this run.
 from __future__ import annotations
 
 import argparse
-import os
 import random
 import shutil
 import statistics
@@ -36,7 +35,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from _common import Loop, pct
+from _common import Loop, pct, quiet_shutdown
 
 PAUSE_S = 0.6
 """After a block: two of the tx thread's 0.25 s ticks, so its work for the block is done."""
@@ -119,20 +118,6 @@ def tx_parts(loop: Loop, steps: int, summary: Path) -> None:
         print(f"  {name:36s} {spent.get(name, 0) / steps / 1e3:6.2f}")
     total = spent.get(parts[-1][0], 0) + spent.get(parts[-2][0], 0)
     print(f"  {'in all':36s} {total / steps / 1e3:6.2f}")
-
-
-def quiet_shutdown() -> None:
-    """End the session without its card on stderr (fd 2): it is not this benchmark's output."""
-    import traceml
-
-    saved = os.dup(2)
-    with open(os.devnull, "w") as null:
-        os.dup2(null.fileno(), 2)
-        try:
-            traceml.shutdown()
-        finally:
-            os.dup2(saved, 2)
-            os.close(saved)
 
 
 def run_block(loop: Loop, steps: int, traced: bool) -> tuple[list[float], float]:

@@ -62,7 +62,7 @@ def child(arm: str, steps: int, width: int) -> None:
     import itertools
 
     import torch
-    from _common import Loop
+    from _common import Loop, quiet_shutdown
 
     torch.set_num_threads(1)
     loop = Loop(width, 32)
@@ -100,14 +100,7 @@ def child(arm: str, steps: int, width: int) -> None:
     after = [g["collections"] for g in gc.get_stats()]
     print("gc " + " ".join(str(b - a) for a, b in zip(before, after, strict=True)), file=sys.stderr)
     if arm != "bare":
-        import traceml
-
-        saved = os.dup(2)  # the card on stderr is not this benchmark's output
-        with open(os.devnull, "w") as null:
-            os.dup2(null.fileno(), 2)
-            traceml.shutdown()
-        os.dup2(saved, 2)
-        os.close(saved)
+        quiet_shutdown()
     shutil.rmtree(out, ignore_errors=True)
 
 
