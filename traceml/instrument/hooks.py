@@ -143,9 +143,13 @@ class Hooks:
 
     def _timed_backward(self, original: Callable[..., Any]) -> Any:
         self._backward = self._timed(BACKWARD, original)
-        if self._links:
-            self._backward.after = self.comm.backward_done
+        self._arm_backward()
         return self._backward
+
+    def _arm_backward(self) -> None:
+        """Backward's wrapper ends DDP's comm wait once a DDP model is attached (either order)."""
+        if self._backward is not None and self._links:
+            self._backward.after = self.comm.backward_done
 
     def install_h2d(self, torch: Any) -> None:
         """Time host-to-device copies started inside the step (`Tensor.to`, `Tensor.cuda`)."""
@@ -197,8 +201,7 @@ class Hooks:
         if link is not None:
             self._links.append(link)
             self._timer.use_comm(self.comm.take)
-            if self._backward is not None:
-                self._backward.after = self.comm.backward_done
+            self._arm_backward()
 
     def remove(self) -> None:
         """Undo every patch and hook, newest first. Safe to call twice."""
