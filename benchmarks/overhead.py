@@ -1,6 +1,7 @@
 """What TraceML adds to a training job: per step, per run, in every process the run starts.
 
-Run: make bench   (or .venv/bin/python benchmarks/overhead.py [--quick] [--peer] [--rss])
+Run: make bench   (or .venv/bin/python benchmarks/overhead.py [--quick] [--peer] [--rss]
+     [--start-exit N])
 
 The same training script (benchmarks/_workload.py: an MLP fed by a DataLoader over a
 TensorDataset, batch 32, one torch thread, sized to about 0.4 ms and 1 ms a step) runs as a
@@ -21,6 +22,9 @@ process alone (its own getrusage, written by the script: under a launcher that r
 process not named after it, a process listing would guess); and the intercept of the wall time
 (start-up plus exit). Every traced figure is shown as added to the mean of bare A and B, with
 |A - B| as the noise.
+`--start-exit N` instead runs every arm N times at 20 steps, interleaved, and prints the wall
+time each adds to bare (median, mean, max): start-up and exit alone, with more samples than the
+intercept column can have.
 `--rss` instead runs 1,000,000 traced steps of a tiny model in this process and prints the
 training process's RSS every 100,000 steps (flat = bounded memory).
 """
@@ -233,6 +237,42 @@ def print_table(
         )
 
 
+# -- start-up plus exit -------------------------------------------------------------------------
+
+START_EXIT_STEPS = 20
+"""Steps of each --start-exit run: a few ms of training, the rest is start-up and exit."""
+
+
+def start_exit(all_arms: list[Arm], rounds: int, tmp: Path, peer_bin: Path | None) -> None:
+    """Wall time of many short runs of each arm, interleaved, as added to bare.
+
+    The table's start+exit column is an intercept from a few pairs of long runs, and its noise
+    (tenths of a second) is as large as the figure; here every run is short, so it is start-up
+    and exit alone, measured `rounds` times. A live-view run counts until `q` has closed the
+    view, pressed as soon as the script has exited (the view waits for the user).
+    """
+    walls: dict[str, list[float]] = {a.name: [] for a in all_arms}
+    for r in range(rounds):
+        for arm in all_arms if r % 2 == 0 else all_arms[::-1]:
+            out = tmp / f"start-exit-{arm.mode}"
+            cmd = command(arm, START_EXIT_STEPS, 16, out)
+            walls[arm.name].append(
+                run_measured(cmd, env_for(arm, tmp, peer_bin), str(tmp), tty=arm.tty).wall_s
+            )
+    a, b = walls.pop("bare A"), walls.pop("bare B")
+    bare = statistics.median(a + b)
+    noise = abs(statistics.median(a) - statistics.median(b))
+    print(
+        f"\nstart-up plus exit: {rounds} runs of {START_EXIT_STEPS} steps per arm, interleaved;"
+        f" s of wall time added to bare's median {bare:.2f} s (noise: bare A - bare B"
+        f" {noise:.2f} s)"
+    )
+    print(f"  {'':17} {'median':>8} {'mean':>8} {'max':>8}")
+    for name, got in walls.items():
+        cells = (statistics.median(got), statistics.fmean(got), max(got))
+        print(f"  {name:17}" + "".join(f" {v - bare:+8.2f}" for v in cells))
+
+
 # -- RSS over a million steps ------------------------------------------------------------------
 
 
@@ -287,6 +327,13 @@ def main() -> None:
     ap.add_argument("--peer", action="store_true", help="add traceml-ai 0.5.0 (pip installs it)")
     ap.add_argument("--rss", action="store_true", help="RSS over 1,000,000 traced steps")
     ap.add_argument("--rss-steps", type=int, default=1_000_000, help="steps of --rss")
+    ap.add_argument(
+        "--start-exit",
+        type=int,
+        metavar="N",
+        default=0,
+        help="only start-up and exit, N runs an arm",
+    )
     args = ap.parse_args()
     if args.rss:
         rss_mode(args.rss_steps)
@@ -301,6 +348,9 @@ def main() -> None:
     load = os.getloadavg()[0]
     print(f"host: {os.cpu_count()} CPUs, load {load:.1f}" + (" (busy: noisy)" if load > 1 else ""))
     print(f"TraceML {byte_compile()}")
+    if args.start_exit:
+        start_exit(arms(peer_bin), args.start_exit, tmp, peer_bin)
+        return
     sizes = [(0.4, (500, 2500))] if args.quick else [(0.4, (1000, 5000)), (1.0, (500, 2500))]
     rounds = 1 if args.quick else args.rounds
     for target_ms, lengths in sizes:

@@ -160,3 +160,52 @@ def test_make_demo_shows_the_live_view_then_the_card_and_the_next_step(
     screen = tmux.wait_for("demo", lambda s: "EXIT=" in s, timeout=30)
     assert "Next: fix it and compare" in screen
     assert "summary written to" in screen and "INPUT_BOUND" in screen
+
+
+SHADOW_LAUNCH = r"""
+import os, pathlib, time
+marker = pathlib.Path(os.environ["SCRIPT_MARKER"])
+deadline = time.monotonic() + 30
+while not marker.exists() and time.monotonic() < deadline:
+    time.sleep(0.05)
+pathlib.Path(os.environ["IMPORT_SAW"]).write_text("started" if marker.exists() else "not started")
+raise ImportError("simulated broken install of the live view")
+"""
+MARKED = r"""
+import os, pathlib, sys, time
+pathlib.Path(os.environ["SCRIPT_MARKER"]).write_text("up")
+try:
+    time.sleep(60)
+except KeyboardInterrupt:
+    print("script interrupted", flush=True)
+    sys.exit(3)
+"""
+
+
+def test_the_script_starts_before_the_view_and_runs_on_when_the_view_cannot(
+    tmux: Tmux, tmp_path: Path, runtime_dir: Path
+) -> None:
+    """The launcher starts the script before importing the view (whose import would delay it a
+    quarter of a second); a view that cannot start leaves the script running, Ctrl-C still
+    reaches it (it runs in a session of its own), and its exit code comes through."""
+    shadow = tmp_path / "shadow" / "traceml_tui"  # first on PYTHONPATH: hides the real view
+    shadow.mkdir(parents=True)
+    (shadow / "__init__.py").write_text("")
+    (shadow / "launch.py").write_text(SHADOW_LAUNCH)
+    script = tmp_path / "marked.py"
+    script.write_text(MARKED)
+    saw = tmp_path / "saw"
+    env = (
+        f"unset COLUMNS LINES; export TRACEML_RUNTIME_DIR={runtime_dir}"
+        f" PYTHONPATH={shadow.parent} SCRIPT_MARKER={tmp_path / 'marker'} IMPORT_SAW={saw}"
+    )
+    run = f"{sys.executable} -m traceml run --run-id {RUN_ID} {script}"
+    tmux.start("run", f"cd {tmp_path} && {env}; {run}; echo EXIT=$?; sleep 60")
+    tmux.wait_for("run", lambda s: "the live view cannot start" in s, timeout=60)
+    assert saw.read_text() == "started", "the script was started before the view's import"
+    tmux.run("send-keys", "-t", "run", "C-c")
+    screen = tmux.wait_for("run", lambda s: "EXIT=" in s, timeout=30)
+    assert "the live view cannot start (ImportError: simulated broken install" in screen
+    assert "EXIT=3" in screen, "Ctrl-C reached the script, and its exit code came through"
+    log = RunDir(runtime_dir, RUN_ID).log_path.read_text()
+    assert "script interrupted" in log, "the script's output is in the run's log"

@@ -123,14 +123,16 @@ def child_command(args: argparse.Namespace) -> list[str]:
     return [sys.executable, *target]
 
 
-def wait_child(proc: subprocess.Popen[bytes]) -> int:
-    """Wait for the script; Ctrl-C reaches it through the terminal, SIGTERM is passed on."""
+def wait_child(proc: subprocess.Popen[bytes], *, own_session: bool = False) -> int:
+    """Wait for the script; SIGTERM is passed on, and Ctrl-C too unless the terminal gives it
+    to the script itself (its foreground group: not when it runs in a session of its own)."""
 
     def forward(signum: int, _frame: Any) -> None:
         if proc.poll() is None:
             proc.send_signal(signum)
 
-    old_int = signal.signal(signal.SIGINT, signal.SIG_IGN if os.isatty(0) else forward)
+    terminal_sends = os.isatty(0) and not own_session
+    old_int = signal.signal(signal.SIGINT, signal.SIG_IGN if terminal_sends else forward)
     old_term = signal.signal(signal.SIGTERM, forward)
     try:
         code = proc.wait()
@@ -174,10 +176,10 @@ def start_live(cmd: list[str], env: dict[str, str], run_id: str) -> int:
     """Start the script with its output in the run dir's log, then show the live view.
 
     The script gets its own session, so it survives the terminal when the user detaches; the
-    view passes Ctrl-C on to it.
+    view passes Ctrl-C on to it. The script starts before the view's modules are imported (a
+    quarter of a second, which would otherwise delay the script's own start).
     """
     from traceml.transport.runfiles.rundir import RunDir, resolve_runtime_dir
-    from traceml_tui.launch import run_live
 
     run_dir = RunDir(resolve_runtime_dir(None), run_id).create()
     with open(run_dir.log_path, "ab") as log:
@@ -189,6 +191,15 @@ def start_live(cmd: list[str], env: dict[str, str], run_id: str) -> int:
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
+    try:
+        from traceml_tui.launch import run_live
+    except Exception as err:  # noqa: BLE001 - the script runs already: never leave it orphaned
+        print(
+            f"traceml: the live view cannot start ({type(err).__name__}: {err}); the script's"
+            f" output goes to {run_dir.log_path}. Waiting for it to end.",
+            file=sys.stderr,
+        )
+        return wait_child(proc, own_session=True)
     code = run_live(run_id, run_dir.log_path, proc)
     return -1 if proc.poll() is None else code
 
