@@ -20,3 +20,11 @@ def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> bool | None:
     names = pyfuncitem._fixtureinfo.argnames
     asyncio.run(pyfuncitem.obj(**{name: pyfuncitem.funcargs[name] for name in names}))
     return True
+
+
+@pytest.fixture(autouse=True)
+def panels_every_snapshot(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The panels draw every snapshot, as they did before their PANELS_S cadence: these tests
+    check what a snapshot shows, not when. Tests of the cadence itself are marked `cadence`."""
+    if request.node.get_closest_marker("cadence") is None:
+        monkeypatch.setattr("traceml_tui.screens.main.PANELS_S", 0.0)

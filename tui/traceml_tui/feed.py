@@ -21,12 +21,11 @@ from traceml.config import DEFAULT_THRESHOLDS, Thresholds
 from traceml_tui.snapshot import Snapshot, from_store
 
 INTERVAL_S = 1.0
-"""Least time between two snapshots while data flows. Each snapshot is drawn, and a redraw of the
-whole 120x40 view costs the UI thread 20-40 ms whatever changed, so the rate is most of what the
-viewer costs beside the job: beside one 0.4 ms-a-step rank the launcher used 7.0 % of a core at 2
-snapshots a second and 5.0 % at 1 (28 and 20 µs a step; the fold of the records themselves is
-about 1 %). Once a second is what `top` and `nvidia-smi -l` show; keys and resizes still redraw
-at once."""
+"""Least time between two snapshots while data flows. The header draws each one; the panels, whose
+redraw costs the UI thread 20-40 ms, one every screens.main.PANELS_S. Beside one 0.4 ms-a-step
+rank the launcher used 7.0 % of a core drawing everything at 2 snapshots a second and 5.0 % at 1
+(28 and 20 µs a step; the fold of the records themselves is about 1 %). Once a second is what
+`top` and `nvidia-smi -l` show; keys and resizes still redraw at once."""
 IDLE_S = 1.0
 """Most time between two snapshots when nothing arrives, so ages, uptime and states move."""
 PUMP_S = 0.05
