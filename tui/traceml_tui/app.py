@@ -8,8 +8,10 @@ touches a job it did not start, and it never imports torch.
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import ClassVar
@@ -29,6 +31,16 @@ from traceml_tui.snapshot import Snapshot
 STOP_WAIT_S = 10.0
 """After SIGTERM, how long the script may take to shut down before it is killed."""
 CHILD_POLL_S = 0.5
+TERMINAL_CHECK_S = 1.0
+"""How often the view checks that its terminal is still there (see `check_terminal`)."""
+
+
+def terminal_alive() -> bool:
+    """True while the view's terminal (its stdin) is a terminal still open at the other end."""
+    try:
+        return sys.__stdin__ is not None and os.isatty(sys.__stdin__.fileno())
+    except (OSError, ValueError):
+        return False
 
 
 def exit_status(returncode: int) -> int:
@@ -83,6 +95,16 @@ class TraceMLApp(App[int]):
         self.feed()
         if self.child is not None:
             self.set_interval(CHILD_POLL_S, self.poll_child)
+        if not self.is_headless and terminal_alive():
+            self.set_interval(TERMINAL_CHECK_S, self.check_terminal)
+
+    def check_terminal(self) -> None:
+        """Leave, as a detach does, once the terminal is gone without a hang-up signal (a
+        pseudo-terminal whose other end closed, under `setsid` or a harness): Textual's input
+        thread would read nothing in a loop, a core's worth of CPU beside the job, for good."""
+        if not terminal_alive():
+            self.detached = True
+            self.exit(0)
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="feed")
     def feed(self) -> None:

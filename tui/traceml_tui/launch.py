@@ -37,10 +37,9 @@ def run_live(
     app = TraceMLApp(run_id, runtime_dir=runtime_dir, log_path=log_path, child=child)
     result = app.run()
     if app.detached:
-        print(
+        say(
             f"traceml: the script runs on (pid {child.pid}); `traceml attach {run_id}` shows it"
-            f" again, its output goes to {log_path}",
-            file=sys.stderr,
+            f" again, its output goes to {log_path}"
         )
         return 0
     if result is None:
@@ -50,6 +49,14 @@ def run_live(
         )
         return wait_for(child)
     return result
+
+
+def say(line: str) -> None:
+    """One line on stderr, unless the terminal is gone (the view left because it was)."""
+    try:
+        print(line, file=sys.stderr, flush=True)
+    except OSError:
+        pass
 
 
 def wait_for(child: subprocess.Popen[bytes]) -> int:
