@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 import threading
 
 import pytest
@@ -65,6 +66,39 @@ def test_ring_is_bounded_and_old_late_records_are_ignored() -> None:
     store.add_steps([rec(0, 3, step_ms=1e6)])
     assert [r.step for r in store.recent(0, 100)] == list(range(12, 20))
     assert store.summary_view().ranks[0].p95_ms == pytest.approx(100.0, rel=0.01)
+
+
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("batch", [1, 5, 40])
+def test_the_ring_keeps_the_newest_steps_whatever_order_they_come_in(seed: int, batch: int) -> None:
+    """Gaps, late steps (inside the ring, before its oldest step, after it left), repeats and
+    batches: the ring holds what a plain sorted list of the newest `history` steps would."""
+    rng = random.Random(seed)
+    history = 16
+    arrivals = [s for s in range(120) if rng.random() > 0.15]
+    for _ in range(40):  # late and repeated steps, some of them never seen before
+        at = rng.randrange(len(arrivals))
+        arrivals.insert(at + rng.randrange(1, 30), rng.randrange(max(1, arrivals[at] + 1)))
+    store = RunStore(history_steps=history)
+    kept: list[int] = []
+    gone = -1
+    for lo in range(0, len(arrivals), batch):
+        chunk = arrivals[lo : lo + batch]
+        store.add_steps([rec(0, s) for s in chunk])
+        for s in chunk:  # the reference: a sorted list, the oldest dropped past `history`
+            if s > gone and s not in kept:
+                kept = sorted([*kept, s])
+                if len(kept) > history:
+                    gone = max(gone, kept.pop(0))
+        assert [r.step for r in store.recent(0, 100)] == kept
+
+
+def test_a_batch_as_long_as_the_ring_replaces_it_and_a_late_step_still_fits() -> None:
+    store = RunStore(history_steps=16)
+    run(store, 16)
+    store.add_steps([rec(0, s) for s in range(16, 33) if s != 25])  # 16 steps: all of the ring
+    store.add_steps([rec(0, 25)])
+    assert [r.step for r in store.recent(0, 100)] == list(range(17, 33))
 
 
 def test_history_must_be_positive() -> None:

@@ -89,7 +89,6 @@ class _Rank:
         "held_ms",
         "held_steps",
         "history",
-        "in_ring",
         "info",
         "last_step",
         "last_system",
@@ -113,8 +112,8 @@ class _Rank:
         self.rare = rare
         """Thresholds.spike_rare: the most spikes (fraction of steps) left out of typical."""
         self.starts = starts
-        self.ring: deque[StepRecord] = deque()
-        self.in_ring: set[int] = set()
+        self.ring: deque[StepRecord] = deque(maxlen=history)
+        """The last `history` steps in step order; the deque drops the oldest as it fills."""
         self.evicted_max = -1
         """Highest step index pushed out of the ring; older or equal late records are ignored."""
         self.last_step = -1
@@ -156,7 +155,7 @@ class _Rank:
         return max(self.last_step + 1, ended)
 
     def add(self, rec: StepRecord, thresholds: Thresholds) -> None:
-        if rec.step in self.in_ring or rec.step <= self.evicted_max:
+        if rec.step <= self.evicted_max or self._in_ring(rec.step):
             return
         self._push(rec)
         if rec.step > self.covered:
@@ -302,30 +301,43 @@ class _Rank:
             key=lambda s: s.step,
         )
 
+    def _in_ring(self, step: int) -> bool:
+        """Whether `step` is in the ring (sorted by step): a bisect, for the rare late record."""
+        ring = self.ring
+        if not ring or step > ring[-1].step or step < ring[0].step:
+            return False
+        at = bisect.bisect_left(ring, step, key=_STEP)
+        return at < len(ring) and ring[at].step == step
+
     def _push(self, rec: StepRecord) -> None:
-        if not self.ring or rec.step > self.ring[-1].step:
-            self.ring.append(rec)
+        ring = self.ring
+        if len(ring) == ring.maxlen:  # full: the oldest of the ring and `rec` leaves
+            if not ring or rec.step < ring[0].step:
+                self._evicted(rec.step)
+                return
+            self._evicted(ring.popleft().step)
+        if not ring or rec.step > ring[-1].step:
+            ring.append(rec)
         else:
-            bisect.insort(self.ring, rec, key=lambda r: r.step)
-        self.in_ring.add(rec.step)
-        if len(self.ring) > self.history:
-            old = self.ring.popleft()
-            self.in_ring.discard(old.step)
-            self.spike_steps.discard(old.step)
-            self.evicted_max = max(self.evicted_max, old.step)
+            bisect.insort(ring, rec, key=_STEP)
 
     def _push_many(self, records: Sequence[StepRecord], steps: list[int]) -> None:
-        """`_push` of new, ascending records."""
-        self.ring.extend(records)
-        self.in_ring.update(steps)
-        extra = len(self.ring) - self.history
+        """`_push` of new, ascending records: the bounded deque drops the oldest in C, and the
+        highest step it drops is read before (a per-step set of ring steps cost more than the
+        rest of the ring's work)."""
+        ring = self.ring
+        extra = len(ring) + len(records) - self.history
         if extra > 0:
-            popleft = self.ring.popleft
-            gone = [popleft().step for _ in range(extra)]
-            self.in_ring.difference_update(gone)
+            kept = len(ring)
+            self._evicted(ring[extra - 1].step if extra <= kept else steps[extra - kept - 1])
+        ring.extend(records)
+
+    def _evicted(self, step: int) -> None:
+        """Steps up to `step` left the ring: late copies of them are ignored from now on."""
+        if step > self.evicted_max:
+            self.evicted_max = step
             if self.spike_steps:
-                self.spike_steps.difference_update(gone)
-            self.evicted_max = max(self.evicted_max, gone[-1])
+                self.spike_steps = {s for s in self.spike_steps if s > step}
 
     def _prune(self, target: int) -> None:
         """Drop segments that end at or before the cut: no later summary can start in them."""
@@ -383,6 +395,7 @@ class _Rank:
 
 
 _RANK = operator.attrgetter("rank")
+_STEP = operator.attrgetter("step")
 
 
 def _own_ms(rec: StepRecord) -> float:
