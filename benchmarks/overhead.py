@@ -19,7 +19,10 @@ Per arm: mean, p99 and max of the script's own per-step times (long runs, pooled
 total wall time and of CPU time (all processes of the run: exact, from RUSAGE_CHILDREN) between
 the short and the long run, per step, so start-up and exit cancel; the CPU slope of the training
 process alone (its own getrusage, written by the script: under a launcher that runs it in a
-process not named after it, a process listing would guess); and the intercept of the wall time
+process not named after it, a process listing would guess); the CPU slope of the run's other
+processes (the launcher with its live view, the job collector, torchrun's agent; psutil's last
+reading of each, see _procs.py), read directly because the all-processes slope less the
+training one is the difference of two noisy figures; and the intercept of the wall time
 (start-up plus exit). Every traced figure is shown as added to the mean of bare A and B, with
 |A - B| as the noise.
 `--start-exit N` instead runs every arm N times at 20 steps, interleaved, and prints the wall
@@ -161,6 +164,9 @@ class Figures:
     """CPU slope of all processes, µs per step."""
     train_cpu: float
     """CPU slope of the training process(es), µs per step."""
+    other_cpu: float
+    """CPU slope of every other process of the run (launcher and its live view, job collector,
+    torchrun's agent), µs per step: psutil's readings, not the difference of two noisy slopes."""
     fixed: float
     """Wall-time intercept (start-up plus exit), s."""
 
@@ -176,6 +182,8 @@ def _get(r: RunResult, value: str) -> float:
         return r.wall_s
     if value == "cpu":
         return r.cpu_s
+    if value == "other":
+        return sum(cpu for role, cpu in r.by_role.items() if role != "training")
     return r.by_role.get("training", 0.0)
 
 
@@ -191,6 +199,7 @@ def figures(s: Samples, lengths: tuple[int, int], rank: int = 0) -> Figures:
         wall,
         slope(s, dn, "cpu"),
         slope(s, dn, "train"),
+        slope(s, dn, "other"),
         fixed,
     )
 
@@ -201,7 +210,7 @@ def print_table(
     """One block of the table; step figures of `rank`, wall and CPU of the whole run."""
     figs = {name: figures(s, lengths, rank) for name, s in res.items()}
     a, b = figs.pop("bare A"), figs.pop("bare B")
-    fields = ("mean", "p99", "max", "wall", "cpu", "train_cpu", "fixed")
+    fields = ("mean", "p99", "max", "wall", "cpu", "train_cpu", "other_cpu", "fixed")
     bare = {f: (getattr(a, f) + getattr(b, f)) / 2 for f in fields}
     noise = {f: abs(getattr(a, f) - getattr(b, f)) for f in fields}
     print(
@@ -210,7 +219,7 @@ def print_table(
     )
     head = (
         f"  {'':17} {'mean step':>17} {'wall slope':>17} {'p99 step':>17} {'max step':>10}"
-        f" {'CPU all procs':>17} {'CPU training':>17} {'start+exit s':>15}"
+        f" {'CPU all procs':>17} {'CPU training':>17} {'CPU others':>17} {'start+exit s':>15}"
     )
     print(head)
 
@@ -222,7 +231,7 @@ def print_table(
     print(
         f"  {'bare':17} {bare['mean']:17.1f} {bare['wall']:17.1f} {bare['p99']:17.0f}"
         f" {bare['max']:10.0f} {bare['cpu']:17.1f} {bare['train_cpu']:17.1f}"
-        f" {bare['fixed']:15.2f}"
+        f" {bare['other_cpu']:17.1f} {bare['fixed']:15.2f}"
     )
     for name, fig in figs.items():
         added = {f: getattr(fig, f) - bare[f] for f in fields}
@@ -233,7 +242,8 @@ def print_table(
             f"  {name:17} {cell('mean', added['mean']):>17} {cell('wall', added['wall']):>17}"
             f" {p99:>17}"
             f" {fig.max:10.0f} {cell('cpu', added['cpu']):>17}"
-            f" {cell('train_cpu', added['train_cpu']):>17} {cell('fixed', added['fixed'], 15)}"
+            f" {cell('train_cpu', added['train_cpu']):>17}"
+            f" {cell('other_cpu', added['other_cpu']):>17} {cell('fixed', added['fixed'], 15)}"
         )
 
 
