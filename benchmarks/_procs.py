@@ -37,6 +37,8 @@ class RunResult:
     """User + system CPU of the whole process tree (exact)."""
     by_role: dict[str, float] = field(default_factory=dict)
     """CPU seconds by kind of process (psutil's last reading before each exited)."""
+    by_pid: dict[int, float] = field(default_factory=dict)
+    """CPU seconds by process, from the same readings."""
 
 
 def role(cmdline: list[str]) -> str:
@@ -97,6 +99,9 @@ class TreeMeter(threading.Thread):
             out[name] = out.get(name, 0.0) + cpu
         return out
 
+    def by_pid(self) -> dict[int, float]:
+        return {pid: cpu for pid, (_, cpu) in self.cpu.items()}
+
     def pids(self, name: str) -> list[int]:
         return [pid for pid, (n, _) in self.cpu.items() if n == name]
 
@@ -127,7 +132,7 @@ def run_measured(
     wall = time.perf_counter() - t0
     meter.stop_evt.set()
     meter.join()
-    return RunResult(wall, _children_cpu() - cpu0, meter.by_role())
+    return RunResult(wall, _children_cpu() - cpu0, meter.by_role(), meter.by_pid())
 
 
 def _run_tty(

@@ -8,7 +8,7 @@ Run by benchmarks/overhead.py, layers.py and distributed.py, never by hand. Usag
 `peer` does the same with `traceml_ai` 0.5.0. Under torchrun (WORLD_SIZE > 1) the model is wrapped
 in DDP over gloo. Each rank writes its per-step wall times (µs, end of one step to end of the next,
 as TraceML cuts them) to OUT[.rank] as raw doubles, and its own CPU seconds (all threads, up
-to the end of the loop) to OUT[.rank].cpu.
+to the end of the loop) and its pid to OUT[.rank].cpu.
 """
 
 from __future__ import annotations
@@ -71,11 +71,12 @@ def main(argv: list[str]) -> None:
         i += 1
     with open(out, "wb") as f:
         times.tofile(f)
-    # This process's own CPU (every thread of it), read here: a launcher may run the script in
-    # a process whose command line does not name it, so the benchmark does not guess from ps.
+    # This process's own CPU (every thread of it) and pid, read here: a launcher may run the
+    # script in a process whose command line does not name it, so the benchmark does not guess
+    # from ps which process trained.
     usage = resource.getrusage(resource.RUSAGE_SELF)
     with open(f"{out}.cpu", "w") as f:
-        f.write(repr(usage.ru_utime + usage.ru_stime))
+        f.write(f"{usage.ru_utime + usage.ru_stime!r} {os.getpid()}")
     if world > 1:
         import torch.distributed as dist
 

@@ -143,9 +143,14 @@ def measure(
                     for r in range(ranks):
                         path = out if ranks == 1 else Path(f"{out}.{r}")
                         sample.steps.setdefault(r, []).extend(read_steps(path))
-                got.by_role["training"] = sum(
-                    float(Path(f"{out if ranks == 1 else f'{out}.{r}'}.cpu").read_text())
+                own = [
+                    Path(f"{out if ranks == 1 else f'{out}.{r}'}.cpu").read_text().split()
                     for r in range(ranks)
+                ]
+                training = {int(pid) for _, pid in own}
+                got.by_role["training"] = sum(float(cpu) for cpu, _ in own)
+                got.by_role["others"] = sum(
+                    cpu for pid, cpu in got.by_pid.items() if pid not in training
                 )
     return res
 
@@ -183,7 +188,7 @@ def _get(r: RunResult, value: str) -> float:
     if value == "cpu":
         return r.cpu_s
     if value == "other":
-        return sum(cpu for role, cpu in r.by_role.items() if role != "training")
+        return r.by_role.get("others", 0.0)
     return r.by_role.get("training", 0.0)
 
 
