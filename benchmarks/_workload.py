@@ -7,19 +7,29 @@ Run by benchmarks/overhead.py, layers.py and distributed.py, never by hand. Usag
 `init` calls init and never trace_step; `init-unpatched` also removes init's patches;
 `peer` does the same with `traceml_ai` 0.5.0. Under torchrun (WORLD_SIZE > 1) the model is wrapped
 in DDP over gloo. Each rank writes its per-step wall times (µs, end of one step to end of the next,
-as TraceML cuts them) to OUT[.rank] as raw doubles, and its own CPU seconds (all threads, up
-to the end of the loop) and its pid to OUT[.rank].cpu.
+as TraceML cuts them) to OUT[.rank] as raw doubles, the loop's start (perf_counter, one clock for
+every process of the host) to OUT[.rank].t0, and its own CPU seconds (all threads, up to the end
+of the loop) and its pid to OUT[.rank].cpu.
 """
 
 from __future__ import annotations
 
 import os
 import resource
+import signal
 import sys
 import time
 from array import array
 
 from _common import Loop
+
+
+class Stop(Exception):
+    """SIGUSR1: the loop ends here and the steps so far are written."""
+
+
+def _stop(_signum: int, _frame: object) -> None:
+    raise Stop
 
 
 def main(argv: list[str]) -> None:
@@ -53,24 +63,31 @@ def main(argv: list[str]) -> None:
     it = iter(loop.loader)
     model, step = loop.model, loop.step
     t_prev = time.perf_counter()
+    t0 = t_prev
     i = 0
-    while i < steps:
-        try:
-            x, y = next(it)
-        except StopIteration:
-            it = iter(loop.loader)
-            continue
-        if tm is not None:
-            with tm.trace_step(model):
+    signal.signal(signal.SIGUSR1, _stop)  # view_cost.py ends the loop when it has measured
+    try:
+        while i < steps:
+            try:
+                x, y = next(it)
+            except StopIteration:
+                it = iter(loop.loader)
+                continue
+            if tm is not None:
+                with tm.trace_step(model):
+                    step(x, y)
+            else:
                 step(x, y)
-        else:
-            step(x, y)
-        now = time.perf_counter()
-        times[i] = (now - t_prev) * 1e6
-        t_prev = now
-        i += 1
+            now = time.perf_counter()
+            times[i] = (now - t_prev) * 1e6
+            t_prev = now
+            i += 1
+    except Stop:
+        del times[i:]
     with open(out, "wb") as f:
         times.tofile(f)
+    with open(f"{out}.t0", "w") as f:  # the loop's start on the host's monotonic clock
+        f.write(repr(t0))
     # This process's own CPU (every thread of it) and pid, read here: a launcher may run the
     # script in a process whose command line does not name it, so the benchmark does not guess
     # from ps which process trained.
