@@ -376,3 +376,83 @@ def test_c_records_stay_out_of_the_garbage_collector() -> None:
     (record,) = host_records_for(c_module())([plain], 0, 0, 1.0)
     assert not gc.is_tracked(record)
     assert gc.is_tracked(host_records([plain], 0, 0, 1.0)[0]), "Python cannot untrack its own"
+
+
+def consume(out: deque[RawStep], timer: Timer | None) -> list[RawStep]:
+    """What the tx thread does with a batch: copy what it needs, then hand the batch back."""
+    batch = [out.popleft() for _ in range(len(out))]
+    copies = [RawStep(*raw) for raw in batch]
+    if timer is not None:
+        timer.recycle(batch)  # type: ignore[attr-defined]
+    return copies
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_recycled_raw_steps_give_the_same_records(seed: int) -> None:
+    """The C timer refills RawSteps the tx thread handed back; what it emits stays what the
+    Python timer emits, CUDA marks included."""
+    rng = random.Random(seed)
+    ops = random_ops(rng, 400, cuda_at=rng.choice([None, 200]))
+    results = []
+    for make, recycles in ((make_python, False), (make_c, True)):
+        out: deque[RawStep] = deque(maxlen=1000)
+        clock = FakeClock()
+        timer = make(out, clock=clock, read_rss=iter(range(1_000_000)).__next__)
+        got: list[RawStep] = []
+        for lo in range(0, len(ops), 17):
+            drive(timer, clock, ops[lo : lo + 17])
+            got += consume(out, timer if recycles else None)
+        results.append(got)
+    assert len(results[0]) > 20
+    assert results[1] == results[0]
+
+
+def test_a_raw_step_held_elsewhere_is_never_refilled() -> None:
+    out: deque[RawStep] = deque()
+    clock = FakeClock()
+    timer = make_c(out, clock=clock)
+    for _ in range(3):
+        timer.enter()
+        clock.advance(5)
+        timer.exit()
+    batch = list(out)
+    out.clear()
+    kept, copy = batch[1], RawStep(*batch[1])
+    timer.recycle(batch)  # type: ignore[attr-defined]
+    del batch
+    for _ in range(5):
+        timer.enter()
+        clock.advance(7)
+        timer.exit()
+    assert kept == copy, "a RawStep someone still holds keeps its values"
+    assert [raw.step for raw in out] == [3, 4, 5, 6, 7]
+    assert all(isinstance(v, int) for raw in out for v in raw.phase_ns)
+
+
+def test_recycled_steps_leave_the_collectors_count_alone() -> None:
+    """Without the pool each step allocates a RawStep, an object the garbage collector counts,
+    freed only on the tx thread: between two ticks the count climbed past the gen-0 threshold,
+    and the training thread paid a collection every tick."""
+    grown = []
+    for recycles in (False, True):
+        out: deque[RawStep] = deque()
+        timer = make_c(out)
+        during: list[int] = []
+        gc.disable()
+        try:
+            for _ in range(10):
+                before = gc.get_count()[0]
+                for _ in range(200):
+                    timer.enter()
+                    timer.exit()
+                during.append(gc.get_count()[0] - before)  # what the training thread added
+                batch = [out.popleft() for _ in range(len(out))]
+                if recycles:
+                    timer.recycle(batch)  # type: ignore[attr-defined]
+                del batch
+        finally:
+            gc.enable()
+        grown.append(max(during[1:]))  # the first tick fills the pool
+    without, with_pool = grown
+    assert without >= 200
+    assert with_pool < 10

@@ -151,6 +151,7 @@ class Session:
             primary=lambda: _primary_kind(store),
             optimizers=lambda: tuple(self.hooks.optimizers),
             host_records=host_records_for(native_for(self.timer)),
+            recycle=getattr(self.timer, "recycle", None),
             phase=lambda: PHASES[self.timer.open_phase],
         )
 

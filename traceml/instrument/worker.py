@@ -87,6 +87,10 @@ class WorkerParts:
     """Class names of the optimizers the training thread has stepped (auto mode), else None."""
     host_records: HostRecords = host_records
     """RawSteps to StepRecords without CUDA marks: resolve.host_records or its C twin."""
+    recycle: Callable[[list[RawStep]], None] | None = None
+    """Hands converted RawSteps back to the C timer for reuse (its `recycle`), or None. A step
+    then allocates no object the garbage collector counts on the training thread, where one a
+    step, freed only here, brought a gen-0 collection there every tick."""
 
 
 def _sink_name(sink: Sink) -> str:
@@ -168,6 +172,9 @@ class TxWorker(threading.Thread):
             # A slice at a time from the buffer, so a backlog never lives twice (as RawSteps and
             # as records) in the rank's memory; CUDA steps resolved late may make a slice longer.
             records = self._take(batch, final)
+            if self.p.recycle is not None:
+                self.p.recycle(batch)  # those still pending (CUDA) are kept as they are
+            del batch
             for lo in range(0, len(records), SLICE_RECORDS):
                 if folded and not final:
                     self._busy_end()
