@@ -27,10 +27,12 @@ blocks (every other one), what the same arm moves by within this run.
 from __future__ import annotations
 
 import argparse
+import gc
 import random
 import shutil
 import statistics
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -110,14 +112,41 @@ def tx_parts(loop: Loop, steps: int, summary: Path) -> None:
     for name, owner, attr in parts:
         timed(name, owner, attr)
     traceml.init(mode="auto", summary=summary)
-    loop.block(steps, traced=True)
-    time.sleep(PAUSE_S)
+    collections = GcByThread()
+    gc.callbacks.append(collections)
+    try:
+        loop.block(steps, traced=True)
+        time.sleep(PAUSE_S)
+    finally:
+        gc.callbacks.remove(collections)
     quiet_shutdown()
     print(f"tx thread CPU per step, {steps:,} traced steps (MLP width {loop.width}), µs:")
     for name, _, _ in parts:
         print(f"  {name:36s} {spent.get(name, 0) / steps / 1e3:6.2f}")
     total = spent.get(parts[-1][0], 0) + spent.get(parts[-2][0], 0)
     print(f"  {'in all':36s} {total / steps / 1e3:6.2f}")
+    print("garbage collections during those steps (the thread that ran each pays it):")
+    for thread, (n, ns) in sorted(collections.by_thread.items()):
+        print(f"  {thread:36s} {n:5d} collections, {ns / steps / 1e3:6.2f} µs a step")
+
+
+class GcByThread:
+    """A gc.callbacks entry: collections and their wall time, by the thread that ran each."""
+
+    def __init__(self) -> None:
+        self.main = threading.get_ident()
+        self.by_thread: dict[str, tuple[int, int]] = {}
+        self._start: dict[int, int] = {}
+
+    def __call__(self, phase: str, _info: dict[str, int]) -> None:
+        me = threading.get_ident()
+        if phase == "start":
+            self._start[me] = time.perf_counter_ns()
+            return
+        name = "training thread" if me == self.main else "tx thread (and any other)"
+        n, ns = self.by_thread.get(name, (0, 0))
+        took = time.perf_counter_ns() - self._start.pop(me, time.perf_counter_ns())
+        self.by_thread[name] = (n + 1, ns + took)
 
 
 def run_block(loop: Loop, steps: int, traced: bool) -> tuple[list[float], float]:

@@ -50,3 +50,11 @@ def make_c(
 
 TIMERS = pytest.mark.parametrize("make_timer", [make_python, make_c], ids=["python", "c"])
 """Runs a test once with each timer, as its `make_timer` argument."""
+
+
+def run_steps(timer: Timer, clock: Any, n: int, ns: int = 1) -> None:
+    """`n` empty steps of `ns` each on `clock` (a FakeClock)."""
+    for _ in range(n):
+        timer.enter()
+        clock.advance(ns)
+        timer.exit()

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from tests.unit._clock import FakeClock
-from tests.unit._timers import make_c, make_python
+from tests.unit._timers import make_c, make_python, run_steps
 from traceml.instrument.resolve import host_records, host_records_for
 from traceml.instrument.timer import (
     BACKWARD,
@@ -411,19 +411,13 @@ def test_a_raw_step_held_elsewhere_is_never_refilled() -> None:
     out: deque[RawStep] = deque()
     clock = FakeClock()
     timer = make_c(out, clock=clock)
-    for _ in range(3):
-        timer.enter()
-        clock.advance(5)
-        timer.exit()
+    run_steps(timer, clock, 3, 5)
     batch = list(out)
     out.clear()
     kept, copy = batch[1], RawStep(*batch[1])
     timer.recycle(batch)  # type: ignore[attr-defined]
     del batch
-    for _ in range(5):
-        timer.enter()
-        clock.advance(7)
-        timer.exit()
+    run_steps(timer, clock, 5, 7)
     assert kept == copy, "a RawStep someone still holds keeps its values"
     assert [raw.step for raw in out] == [3, 4, 5, 6, 7]
     assert all(isinstance(v, int) for raw in out for v in raw.phase_ns)

@@ -7,7 +7,7 @@ from collections import deque
 import pytest
 
 from tests.unit._clock import FakeClock
-from tests.unit._timers import TIMERS, MakeTimer, make_c, make_python
+from tests.unit._timers import TIMERS, MakeTimer, make_c, make_python, run_steps
 from traceml.instrument.timer import (
     BACKWARD,
     BETWEEN,
@@ -141,10 +141,7 @@ def test_bounded_buffer_drops_oldest(make_timer: MakeTimer) -> None:
     out: deque[RawStep] = deque(maxlen=3)
     clock = FakeClock()
     timer = make_timer(out, clock=clock)
-    for _ in range(10):
-        timer.enter()
-        clock.advance(1)
-        timer.exit()
+    run_steps(timer, clock, 10)
     assert [r.step for r in out] == [7, 8, 9]
 
 
