@@ -32,6 +32,10 @@ about 50 times slower):
 - runs with PYTHONHASHSEED=0, so that dict lookups probe the same slots in every run;
 - keeps 256 step records (4,096 by default) so both runs' summaries at exit cost the same;
 - turns the RSS read (every 10 ms natively, every step at valgrind's pace) into a constant -1.
+`--cache` runs bare and trace_step under cachegrind instead, which simulates the host's caches,
+and prints the cache misses a step adds (all threads together: cachegrind does not split
+them): instructions are not the whole cost of code that runs between torch's kernels, whose
+data and code have evicted TraceML's from the first-level caches since the last step.
 Needs valgrind (`apt install valgrind`); takes 5-10 minutes on 2 cores.
 """
 
@@ -176,6 +180,7 @@ def main() -> None:
     ap.add_argument("--width", type=int, default=16, help="MLP width (16: ~0.4 ms a step here)")
     ap.add_argument("--arms", nargs="+", choices=ARMS[1:], default=ARMS[1:], help="beside bare")
     ap.add_argument("--top", type=int, default=0, help="list the K functions that grew most")
+    ap.add_argument("--cache", action="store_true", help="cache misses (cachegrind) instead")
     ap.add_argument("--child", nargs=2, metavar=("ARM", "STEPS"), help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.child:
@@ -188,6 +193,9 @@ def main() -> None:
         raise SystemExit(2)
     if a.long <= a.short or a.short <= HISTORY:
         ap.error(f"--short must be over {HISTORY} steps, and --long more than --short")
+    if a.cache:
+        cache_misses(a.short, a.long, a.width)
+        return
     arms = ("bare", *(arm for arm in ARMS[1:] if arm in a.arms))
     runs = [(arm, n) for arm in arms for n in (a.short, a.long)]
     native = native_step_us(a.width)
@@ -257,6 +265,67 @@ def added(costs: Iterable[dict[str, int]]) -> dict[str, int]:
         for name, n in c.items():
             out[name] = out.get(name, 0) + n
     return out
+
+
+CACHE_EVENTS = ("Ir", "I1mr", "ILmr", "Dr", "D1mr", "DLmr", "Dw", "D1mw", "DLmw")
+
+
+def cache_misses(short: int, long: int, width: int) -> None:
+    """bare and trace_step under cachegrind at both lengths: events per step, and added."""
+    runs = [(arm, n) for arm in ("bare", "trace_step") for n in (short, long)]
+    with tempfile.TemporaryDirectory(prefix="traceml-cache-") as tmp:
+
+        def one(run: tuple[str, int]) -> list[int]:
+            arm, n = run
+            out = Path(tmp) / f"{arm}.{n}"
+            cmd = [
+                "valgrind",
+                "--tool=cachegrind",
+                "--cache-sim=yes",
+                f"--cachegrind-out-file={out}",
+                sys.executable,
+                __file__,
+                "--child",
+                arm,
+                str(n),
+                "--width",
+                str(width),
+            ]
+            env = {**os.environ, "PYTHONHASHSEED": "0"}
+            done = subprocess.run(
+                cmd, capture_output=True, text=True, cwd=Path(__file__).parent, env=env
+            )
+            if done.returncode != 0:
+                raise SystemExit(
+                    f"{arm} ({n} steps) failed under cachegrind:\n{done.stderr[-2000:]}"
+                )
+            return totals(out)
+
+        with ThreadPoolExecutor(max_workers=max(1, min(2, os.cpu_count() or 1))) as pool:
+            got = dict(zip(runs, pool.map(one, runs), strict=True))
+    span = long - short
+    per = {
+        arm: [(b - a) / span for a, b in zip(got[(arm, short)], got[(arm, long)], strict=True)]
+        for arm in ("bare", "trace_step")
+    }
+    print(f"cache events per step (cachegrind, {long:,} less {short:,} steps, all threads)")
+    print(f"  {'':11}" + "".join(f"{e:>11}" for e in CACHE_EVENTS))
+    for arm, values in per.items():
+        print(f"  {arm:11}" + "".join(f"{v:11,.0f}" for v in values))
+    added = [t - b for b, t in zip(per["bare"], per["trace_step"], strict=True)]
+    print(f"  {'added':11}" + "".join(f"{v:+11,.0f}" for v in added))
+    print("  (I1/D1: first-level misses, IL/DL: last-level misses, which go to memory)")
+
+
+def totals(path: Path) -> list[int]:
+    """The events line of a cachegrind file, in CACHE_EVENTS' order."""
+    text = path.read_text(errors="replace")
+    names = re.search(r"^events: (.+)$", text, re.M)
+    values = re.search(r"^summary: (.+)$", text, re.M)
+    if names is None or values is None:
+        raise SystemExit(f"no totals in {path}")
+    found = dict(zip(names.group(1).split(), map(int, values.group(1).split()), strict=True))
+    return [found.get(e, 0) for e in CACHE_EVENTS]
 
 
 def native_step_us(width: int) -> float:
