@@ -450,3 +450,20 @@ def test_recycled_steps_leave_the_collectors_count_alone() -> None:
     without, with_pool = grown
     assert without >= 200
     assert with_pool < 10
+
+
+def test_refilling_leaks_no_reference() -> None:
+    """Pooled RawSteps hold None in every slot: a refill or a recycle that lost or doubled a
+    reference would move None's count from one round to the next."""
+    out: deque[RawStep] = deque()
+    timer = make_c(out, read_rss=lambda: 7)
+    counts = []
+    for _ in range(4):
+        for _ in range(50):
+            timer.enter()
+            timer.exit()
+        batch = [out.popleft() for _ in range(len(out))]
+        timer.recycle(batch)  # type: ignore[attr-defined]
+        del batch
+        counts.append(sys.getrefcount(None))
+    assert counts[1] == counts[2] == counts[3]

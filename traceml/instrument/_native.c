@@ -255,6 +255,13 @@ untrack(PyObject *record)
     }
 }
 
+/* The address of a tuple's item `i`, to replace it (in a tuple only this code holds). */
+static inline PyObject **
+tuple_slot(PyObject *tuple, Py_ssize_t i)
+{
+    return &((PyTupleObject *)tuple)->ob_item[i];
+}
+
 /* The step's time per phase as a tuple of ints: `into` (a pooled tuple, its items None) when
  * given, else a new one. Untracked: it holds ints only. */
 static PyObject *
@@ -267,7 +274,7 @@ acc_tuple_into(Timer *self, PyObject *into)
             Py_CLEAR(acc);
             break;
         }
-        Py_XSETREF(PyTuple_GET_ITEM(acc, i), v);
+        Py_XSETREF(*tuple_slot(acc, i), v);
     }
     if (acc != NULL) {
         untrack(acc);
@@ -338,11 +345,11 @@ Timer_recycle(Timer *self, PyObject *batch)
             if (k == 3 && PyTuple_CheckExact(item) && Py_REFCNT(item) == 1 &&
                 PyTuple_GET_SIZE(item) == N_PHASES) {
                 for (int j = 0; j < N_PHASES; j++) { /* the phase tuple is kept, emptied */
-                    Py_SETREF(PyTuple_GET_ITEM(item, j), Py_NewRef(Py_None));
+                    Py_SETREF(*tuple_slot(item, j), Py_NewRef(Py_None));
                 }
                 continue;
             }
-            Py_SETREF(PyTuple_GET_ITEM(raw, k), Py_NewRef(Py_None));
+            Py_SETREF(*tuple_slot(raw, k), Py_NewRef(Py_None));
         }
         self->pool[self->pool_n++] = Py_NewRef(raw);
     }
@@ -409,7 +416,7 @@ timer_exit(Timer *self)
         goto fail;
     }
     for (int i = 0; i < RAW_FIELDS; i++) {
-        Py_XSETREF(PyTuple_GET_ITEM(raw, i), items[i]); /* NULL when new, None when pooled */
+        Py_XSETREF(*tuple_slot(raw, i), items[i]); /* NULL when new, None when pooled */
     }
     untrack(raw);
     PyObject *r = PyObject_CallOneArg(self->out_append, raw);
