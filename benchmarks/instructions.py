@@ -131,27 +131,23 @@ class Run:
 def run_arm(arm: str, steps: int, width: int, tmp: Path) -> Run:
     """One child under callgrind: its threads' instructions and files."""
     prefix = tmp / f"{arm}.{steps}"
-    cmd = [
-        "valgrind",
-        "--tool=callgrind",
-        "--separate-threads=yes",
-        f"--callgrind-out-file={prefix}.%p",
-        sys.executable,
-        __file__,
-        "--child",
-        arm,
-        str(steps),
-        "--width",
-        str(width),
-    ]
+    tool = ["--tool=callgrind", "--separate-threads=yes", f"--callgrind-out-file={prefix}.%p"]
+    stderr = under_valgrind(tool, arm, steps, width)
+    collections = re.findall(r"^gc ([\d ]+)$", stderr, re.M)
+    return Run(thread_files(prefix), collections[-1] if collections else "?")
+
+
+def under_valgrind(tool: list[str], arm: str, steps: int, width: int) -> str:
+    """Run the child for `arm` under valgrind with the `tool` options; its stderr."""
+    child = ["--child", arm, str(steps), "--width", str(width)]
+    cmd = ["valgrind", *tool, sys.executable, __file__, *child]
     # One string hash for every child: dict lookups' probe lengths, and so their instructions,
     # depend on it (thousands a step between two seeds).
     env = {**os.environ, "PYTHONHASHSEED": "0"}
     done = subprocess.run(cmd, capture_output=True, text=True, cwd=Path(__file__).parent, env=env)
     if done.returncode != 0:
         raise SystemExit(f"{arm} ({steps} steps) failed under valgrind:\n{done.stderr[-2000:]}")
-    collections = re.findall(r"^gc ([\d ]+)$", done.stderr, re.M)
-    return Run(thread_files(prefix), collections[-1] if collections else "?")
+    return done.stderr
 
 
 def self_costs(path: Path) -> dict[str, int]:
@@ -278,30 +274,12 @@ def cache_misses(short: int, long: int, width: int) -> None:
         def one(run: tuple[str, int]) -> list[int]:
             arm, n = run
             out = Path(tmp) / f"{arm}.{n}"
-            cmd = [
-                "valgrind",
-                "--tool=cachegrind",
-                "--cache-sim=yes",
-                f"--cachegrind-out-file={out}",
-                sys.executable,
-                __file__,
-                "--child",
-                arm,
-                str(n),
-                "--width",
-                str(width),
-            ]
-            env = {**os.environ, "PYTHONHASHSEED": "0"}
-            done = subprocess.run(
-                cmd, capture_output=True, text=True, cwd=Path(__file__).parent, env=env
-            )
-            if done.returncode != 0:
-                raise SystemExit(
-                    f"{arm} ({n} steps) failed under cachegrind:\n{done.stderr[-2000:]}"
-                )
+            tool = ["--tool=cachegrind", "--cache-sim=yes", f"--cachegrind-out-file={out}"]
+            under_valgrind(tool, arm, n, width)
             return totals(out)
 
-        with ThreadPoolExecutor(max_workers=max(1, min(2, os.cpu_count() or 1))) as pool:
+        workers = max(1, min(len(runs), os.cpu_count() or 1))
+        with ThreadPoolExecutor(max_workers=workers) as pool:
             got = dict(zip(runs, pool.map(one, runs), strict=True))
     span = long - short
     per = {
