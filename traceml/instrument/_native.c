@@ -306,12 +306,19 @@ pool_take(Timer *self)
     return NULL;
 }
 
+/* Whether `acc` is a phase tuple that only its RawStep holds, which may be refilled in place. */
+static int
+reusable_acc(PyObject *acc)
+{
+    return PyTuple_CheckExact(acc) && PyTuple_GET_SIZE(acc) == N_PHASES && Py_REFCNT(acc) == 1;
+}
+
 /* The phase tuple a pooled RawStep kept (its items None), moved out of it, or NULL. */
 static PyObject *
 pooled_acc(PyObject *raw)
 {
     PyObject *acc = PyTuple_GET_ITEM(raw, 3);
-    if (!PyTuple_CheckExact(acc) || PyTuple_GET_SIZE(acc) != N_PHASES || Py_REFCNT(acc) != 1) {
+    if (!reusable_acc(acc)) {
         return NULL;
     }
     PyTuple_SET_ITEM(raw, 3, Py_NewRef(Py_None));
@@ -342,8 +349,7 @@ Timer_recycle(Timer *self, PyObject *batch)
         }
         for (int k = 0; k < RAW_FIELDS; k++) {
             PyObject *item = PyTuple_GET_ITEM(raw, k);
-            if (k == 3 && PyTuple_CheckExact(item) && Py_REFCNT(item) == 1 &&
-                PyTuple_GET_SIZE(item) == N_PHASES) {
+            if (k == 3 && reusable_acc(item)) {
                 for (int j = 0; j < N_PHASES; j++) { /* the phase tuple is kept, emptied */
                     Py_SETREF(*tuple_slot(item, j), Py_NewRef(Py_None));
                 }
