@@ -311,8 +311,8 @@ class _Rank:
 
     def _push(self, rec: StepRecord) -> None:
         ring = self.ring
-        if len(ring) == ring.maxlen:  # full: the oldest of the ring and `rec` leaves
-            if not ring or rec.step < ring[0].step:
+        if len(ring) == ring.maxlen:  # full (history >= 1): the oldest of the ring and `rec` leaves
+            if rec.step < ring[0].step:
                 self._evicted(rec.step)
                 return
             self._evicted(ring.popleft().step)
