@@ -138,17 +138,9 @@ def run_measured(
 def _run_tty(
     cmd: list[str], env: dict[str, str], cwd: str, timeout: float
 ) -> tuple[subprocess.Popen[bytes], TreeMeter]:
-    master, slave = pty.openpty()
-    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 120, 0, 0))
-    env = dict(env, TERM="xterm-256color", COLUMNS="120", LINES="40")
-    proc = subprocess.Popen(
-        cmd, env=env, cwd=cwd, stdin=slave, stdout=slave, stderr=slave, start_new_session=True
-    )
-    os.close(slave)
+    proc, master, drain = start_in_pty(cmd, env, cwd)
     meter = TreeMeter(proc.pid)
     meter.start()
-    drain = threading.Thread(target=_drain, args=(master,), daemon=True)
-    drain.start()
     deadline = time.monotonic() + timeout
     seen_training = False
     while proc.poll() is None and time.monotonic() < deadline:
@@ -165,6 +157,23 @@ def _run_tty(
     if proc.returncode != 0:
         raise SystemExit(f"{' '.join(cmd)} (under a pty) failed ({proc.returncode})")
     return proc, meter
+
+
+def start_in_pty(
+    cmd: list[str], env: dict[str, str], cwd: str | None = None
+) -> tuple[subprocess.Popen[bytes], int, threading.Thread]:
+    """`cmd` in a session of its own on a 120x40 pty whose output a thread reads and throws
+    away, as a terminal would show it: the process, the pty's master fd and that thread."""
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 120, 0, 0))
+    env = dict(env, TERM="xterm-256color", COLUMNS="120", LINES="40")
+    proc = subprocess.Popen(
+        cmd, env=env, cwd=cwd, stdin=slave, stdout=slave, stderr=slave, start_new_session=True
+    )
+    os.close(slave)
+    drain = threading.Thread(target=_drain, args=(master,), daemon=True)
+    drain.start()
+    return proc, master, drain
 
 
 def _alive(pid: int) -> bool:

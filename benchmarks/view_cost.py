@@ -21,23 +21,19 @@ figure is an upper bound of what a view that keeps up costs.
 from __future__ import annotations
 
 import argparse
-import fcntl
 import os
-import pty
 import signal
 import statistics
-import struct
 import subprocess
 import sys
 import tempfile
-import termios
-import threading
 import time
 from array import array
 from pathlib import Path
 
+import psutil
 from _common import byte_compile, pct
-from _procs import _drain
+from _procs import start_in_pty
 
 HERE = Path(__file__).resolve().parent
 RUN_ID = "viewcost-0001"
@@ -45,26 +41,9 @@ SETTLE_S = 0.2
 """Time after each stop or continue whose steps count in neither kind of window."""
 
 
-def start_view(env: dict[str, str]) -> tuple[subprocess.Popen[bytes], int]:
-    """`traceml attach RUN_ID` under a 120x40 pty whose output is read and thrown away."""
-    master, slave = pty.openpty()
-    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 120, 0, 0))
-    view = subprocess.Popen(
-        [sys.executable, "-m", "traceml", "attach", RUN_ID],
-        env=dict(env, TERM="xterm-256color"),
-        stdin=slave,
-        stdout=slave,
-        stderr=slave,
-        start_new_session=True,
-    )
-    os.close(slave)
-    threading.Thread(target=_drain, args=(master,), daemon=True).start()
-    return view, master
-
-
 def cpu_s(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    t = psutil.Process(pid).cpu_times()
+    return t.user + t.system
 
 
 def wait_for_steps(rank_dir: Path, timeout: float = 60) -> None:
@@ -83,8 +62,6 @@ def main() -> None:
     ap.add_argument("--cycles", type=int, default=8, help="ABBA pairs of windows")
     ap.add_argument("--width", type=int, default=16, help="MLP width (16: ~0.4 ms a step here)")
     a = ap.parse_args()
-    if sys.platform != "linux":
-        raise SystemExit("view_cost.py reads /proc: Linux only")
     print(f"TraceML {byte_compile()}")
     tmp = Path(tempfile.mkdtemp(prefix="traceml-viewcost-"))
     runtime = tmp / "rt"
@@ -110,7 +87,7 @@ def main() -> None:
         stderr=subprocess.PIPE,
     )
     wait_for_steps(runtime / RUN_ID)
-    view, master = start_view(env)
+    view, master, _ = start_in_pty([sys.executable, "-m", "traceml", "attach", RUN_ID], env)
     time.sleep(4.0)  # the view's start and its first snapshot
     windows: list[tuple[bool, float, float, float]] = []
     """(view running, from, to on perf_counter, view CPU seconds)."""
