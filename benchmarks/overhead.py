@@ -136,17 +136,14 @@ def measure(
                 cmd = command(arm, steps, shape[0], out, shape[1])
                 got = run_measured(cmd, env_for(arm, tmp, peer_bin), str(tmp), tty=arm.tty)
                 sample = res[arm.name]
+                per_rank = [out] if ranks == 1 else [Path(f"{out}.{r}") for r in range(ranks)]
                 if steps == lengths[0]:
                     sample.short.append(got)
                 else:
                     sample.long.append(got)
-                    for r in range(ranks):
-                        path = out if ranks == 1 else Path(f"{out}.{r}")
+                    for r, path in enumerate(per_rank):
                         sample.steps.setdefault(r, []).extend(read_steps(path))
-                own = [
-                    Path(f"{out if ranks == 1 else f'{out}.{r}'}.cpu").read_text().split()
-                    for r in range(ranks)
-                ]
+                own = [Path(f"{path}.cpu").read_text().split() for path in per_rank]
                 training = {int(pid) for _, pid in own}
                 got.by_role["training"] = sum(float(cpu) for cpu, _ in own)
                 got.by_role["others"] = sum(
