@@ -9,7 +9,13 @@ import pytest
 
 from traceml.analysis.stats import quantile
 from traceml.analysis.store import RunStore
-from traceml.analysis.timeline import SKETCH_ACCURACY, Timeline, TimelineWindow
+from traceml.analysis.timeline import (
+    SKETCH_ACCURACY,
+    Timeline,
+    TimelineWindow,
+    _bucket_value,
+    sketch_quantile,
+)
 from traceml.errors import SchemaError
 from traceml.records import PHASES, StepRecord
 
@@ -134,3 +140,20 @@ def test_a_two_step_window_puts_p95_near_its_slow_step() -> None:
     want = quantile([14.9, 1071.9], 0.95)
     assert want is not None and want > 1000
     assert abs(first.p95_ms - want) <= 2.5 * SKETCH_ACCURACY * want
+
+
+def test_sketch_quantiles_are_those_of_the_expanded_buckets() -> None:
+    """Every quantile, at every rank, equals stats.quantile over the sketch written out value by
+    value (zero, negative and positive bucket keys; one bucket; many)."""
+    rng = random.Random(11)
+    for _ in range(200):
+        keys = rng.sample(range(-40, 400), rng.randint(1, 12))
+        sketch = {key: rng.randint(1, 5) for key in keys}
+        if rng.random() < 0.2:
+            sketch[0] = rng.randint(1, 3)
+        count = sum(sketch.values())
+        values = [_bucket_value(k) for k in sorted(sketch) for _ in range(sketch[k])]
+        for q in (0.0, 0.05, 0.5, 0.95, 0.99, 1.0, rng.random()):
+            want = quantile(values, q)
+            assert want is not None
+            assert sketch_quantile(sketch, count, q) == pytest.approx(want, rel=1e-12)
