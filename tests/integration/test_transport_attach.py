@@ -18,6 +18,7 @@ from traceml.config import Settings
 from traceml.records import RankEnd, SystemSample
 from traceml.transport.publish import publisher as publisher_module
 from traceml.transport.publish.publisher import Publisher
+from traceml.transport.runfiles.runfile import write_json_atomic
 from traceml.transport.subscribe.runs import list_runs
 from traceml.transport.subscribe.subscriber import Subscriber
 from traceml.transport.wire.codec import WELCOME, Header, decode_steps, parse_topic
@@ -259,3 +260,32 @@ def test_the_tx_thread_ticks_faster_while_a_snapshot_is_being_sent(
         assert (pub.busy, tx._tick_s()) == (False, worker.TICK_S)
     finally:
         pub.close(RankEnd(0, "ok", 10_000, time.time()), None)
+
+
+def test_run_json_is_rewritten_only_when_it_changes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The rank file is rewritten at every FILE_UPDATE_S; run.json only at the start and at the
+    end, when its end and summary path arrive."""
+    written: list[str] = []
+
+    def counted(path: Path, obj: dict[str, object]) -> None:
+        written.append(path.name)
+        write_json_atomic(path, obj)
+
+    monkeypatch.setattr(publisher_module, "write_json_atomic", counted)
+    pub = Publisher(make_info("runjson-1"), Settings(), tmp_path)
+    pub.open()
+    run_dir = pub.run_dir
+    assert run_dir is not None
+    for i in range(1, 4):
+        now = i * (publisher_module.FILE_UPDATE_S + 1)
+        pub.service(now, last_step=i, dropped=0, primary=None, heartbeat=False)
+    assert written == ["rank-0.json", "run.json"] + ["rank-0.json"] * 3
+    assert json.loads(run_dir.rank_json(0).read_text())["last_step"] == 3
+    summary = tmp_path / "final_summary.json"
+    summary.write_text("{}")
+    pub.close(RankEnd(0, "ok", 4, time.time()), summary)
+    assert written[-2:] == ["rank-0.json", "run.json"]
+    ended = json.loads(run_dir.run_json.read_text())
+    assert ended["end"][2] == "ok" and ended["summary_path"] == str(summary)

@@ -231,6 +231,8 @@ class RunFile:
     started: float
     world_size: int
     updated: float = 0.0
+    """Epoch seconds of the last change: the file is rewritten only when its content changes
+    (at start and at the end); each rank file's own `updated` says whether the run is alive."""
     summary_path: str | None = None
     """Absolute path of final_summary.json once the run has ended; None before."""
     end: RankEnd | None = None
