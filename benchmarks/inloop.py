@@ -81,13 +81,17 @@ def arms(summary: Path, parts: bool) -> dict[str, Any]:
 
 def tx_parts(loop: Loop, steps: int, summary: Path) -> None:
     """The tx thread's own CPU (thread time) in each of its parts, per step of a traced run in
-    auto mode (the session's own timer: the C one when built)."""
+    auto mode (the session's own timer: the C one when built), and for the periodic ones per
+    call: what a tick's or a second's work costs whatever the loop's speed."""
     import traceml
     from traceml.analysis.store import RunStore
+    from traceml.instrument import session
+    from traceml.instrument.system import SystemSampler
     from traceml.instrument.worker import TxWorker
     from traceml.transport.publish.publisher import Publisher
 
     spent: dict[str, int] = {}
+    calls: dict[str, int] = {}
 
     def timed(name: str, owner: Any, attr: str) -> None:
         original = getattr(owner, attr)
@@ -98,6 +102,7 @@ def tx_parts(loop: Loop, steps: int, summary: Path) -> None:
                 return original(*args, **kwargs)
             finally:
                 spent[name] = spent.get(name, 0) + time.thread_time_ns() - t0
+                calls[name] = calls.get(name, 0) + 1
 
         setattr(owner, attr, wrapper)
 
@@ -106,7 +111,10 @@ def tx_parts(loop: Loop, steps: int, summary: Path) -> None:
         ("RunStore fold", RunStore, "add_steps"),
         ("publish steps (pack, send)", Publisher, "send_steps"),
         ("publisher service", Publisher, "service"),
+        ("  of which rank and run files", Publisher, "_write_files"),
         ("system sample, heartbeat finding", TxWorker, "_sample"),
+        ("  of which psutil", SystemSampler, "sample"),
+        ("  of which heartbeat finding", session, "_primary_kind"),
         ("tick (all but the sample)", TxWorker, "_tick"),
     ]
     for name, owner, attr in parts:
@@ -114,17 +122,23 @@ def tx_parts(loop: Loop, steps: int, summary: Path) -> None:
     traceml.init(mode="auto", summary=summary)
     collections = GcByThread()
     gc.callbacks.append(collections)
+    t0 = time.monotonic()
     try:
         loop.block(steps, traced=True)
         time.sleep(PAUSE_S)
     finally:
         gc.callbacks.remove(collections)
+    seconds = time.monotonic() - t0
     quiet_shutdown()
-    print(f"tx thread CPU per step, {steps:,} traced steps (MLP width {loop.width}), µs:")
+    print(
+        f"tx thread CPU, {steps:,} traced steps (MLP width {loop.width}) in {seconds:.1f} s:"
+        f"\n  {'':36s} {'µs a step':>9s} {'calls':>6s} {'µs a call':>10s}"
+    )
     for name, _, _ in parts:
-        print(f"  {name:36s} {spent.get(name, 0) / steps / 1e3:6.2f}")
-    total = spent.get(parts[-1][0], 0) + spent.get(parts[-2][0], 0)
-    print(f"  {'in all':36s} {total / steps / 1e3:6.2f}")
+        ns, n = spent.get(name, 0), calls.get(name, 0)
+        print(f"  {name:36s} {ns / steps / 1e3:9.2f} {n:6d} {ns / max(1, n) / 1e3:10.1f}")
+    total = spent.get("tick (all but the sample)", 0) + spent.get(parts[5][0], 0)
+    print(f"  {'in all':36s} {total / steps / 1e3:9.2f}")
     print("garbage collections during those steps (the thread that ran each pays it):")
     for thread, (n, ns) in sorted(collections.by_thread.items()):
         print(f"  {thread:36s} {n:5d} collections, {ns / steps / 1e3:6.2f} µs a step")
