@@ -318,3 +318,46 @@ def test_the_c_median_declines_what_it_does_not_model() -> None:
     for odd in (math.nan, math.inf, -0.0, 3):
         assert c_median([good, good._replace(step_ms=odd)]) is None
     assert c_median([]) is None
+
+
+def _python_freeze(sketch: dict[int, int], count: int) -> tuple[float, float, tuple[object, ...]]:
+    ref = timeline.SortedSketch(sketch)
+    return ref.quantile(count, 0.5), ref.quantile(count, 0.95), tuple(ref.items)
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_the_c_sketch_freeze_is_the_python_one(seed: int) -> None:
+    """p50, p95 and the sorted buckets to the bit: zero, negative and positive keys, one bucket
+    or many, the count the sketch holds or (a late step's window) another."""
+    c_freeze = timeline._C_FREEZE
+    assert c_freeze is not None, "the C fold is not built: run `make install`"
+    rng = random.Random(seed)
+    for _ in range(50):
+        keys = rng.sample(range(-300, 3000), rng.randint(1, 70))
+        sketch = {key: rng.randint(1, 40) for key in keys}
+        if rng.random() < 0.2:
+            sketch[0] = rng.randint(1, 3)
+        held = sum(sketch.values())
+        for count in (held, 1, max(1, held - 1), held + 5):
+            assert c_freeze(sketch, count, timeline._GAMMA) == _python_freeze(sketch, count)
+
+
+def test_the_c_sketch_freeze_declines_what_it_does_not_model() -> None:
+    c_freeze = timeline._C_FREEZE
+    assert c_freeze is not None
+    gamma = timeline._GAMMA
+    for sketch, count in (({}, 1), ({1: 2}, 0), ({1.5: 2}, 2), ({1: 2.0}, 2), ({2**70: 1}, 1)):
+        assert c_freeze(sketch, count, gamma) is None  # type: ignore[arg-type]
+    assert c_freeze({1: 2}, 2, 1) is None
+
+
+def test_a_timeline_freezes_the_same_windows_without_the_c_freeze(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    rng = random.Random(3)
+    line = Timeline(capacity=16)
+    line.extend(random_record(s, rng) for s in range(5_000))
+    with_c = line.windows()
+    monkeypatch.setattr(timeline, "_C_FREEZE", None)
+    line._stale = None
+    assert line.windows() == with_c

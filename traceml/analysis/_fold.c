@@ -3,7 +3,8 @@
  *   timeline_fold  timeline._fold_columns (one window of the run's timeline);
  *   stats_fold     stats.WindowStats.add_many's step total, histogram and phase totals;
  *   block_fold     one block of stats.BlockSeries.add_many;
- *   median_step_ms spikes.Baseline's rolling median (every 16 steps, of the last 64).
+ *   median_step_ms spikes.Baseline's rolling median (every 16 steps, of the last 64);
+ *   sketch_freeze  timeline.SortedSketch's p50, p95 and sorted buckets, as a window freezes.
  *
  * Why C: every step a rank runs is folded on its tx thread, and every step of every rank in a
  * viewer. Column by column in Python these cost 1.7 us a step (benchmarks/fold.py), and 2-3x
@@ -558,6 +559,122 @@ median_step_ms(PyObject *module, PyObject *records)
     return PyFloat_FromDouble(mid);
 }
 
+typedef struct {
+    long long key;
+    PyObject *k; /* borrowed from the sketch dict */
+    PyObject *n;
+    long long count;
+} Bucket;
+
+static int
+cmp_bucket(const void *a, const void *b)
+{
+    long long x = ((const Bucket *)a)->key, y = ((const Bucket *)b)->key;
+    return (x > y) - (x < y);
+}
+
+/* timeline._bucket_value: the same operations in the same order, so the same float. */
+static double
+bucket_value(long long key, double gamma)
+{
+    if (key == 0) {
+        return 0.0;
+    }
+    long long k = key > 0 ? key : key + 1;
+    return 2 * pow(gamma, (double)k) / (gamma + 1);
+}
+
+/* Value of the rank-th smallest value: the first bucket whose running count passes `rank`
+ * (the last bucket past the end), as SortedSketch._value_at_rank's bisect finds it. */
+static double
+value_at_rank(const Bucket *b, Py_ssize_t m, long long rank, double gamma)
+{
+    Py_ssize_t lo = 0, hi = m;
+    while (lo < hi) {
+        Py_ssize_t mid = (lo + hi) / 2;
+        if (b[mid].count > rank) {
+            hi = mid;
+        }
+        else {
+            lo = mid + 1;
+        }
+    }
+    return bucket_value(b[lo < m ? lo : m - 1].key, gamma);
+}
+
+static double
+sketch_quantile(const Bucket *b, Py_ssize_t m, long long count, double q, double gamma)
+{
+    double pos = q * (double)(count - 1);
+    double lo = floor(pos);
+    long long at = (long long)lo;
+    double v_lo = value_at_rank(b, m, at, gamma);
+    double v_hi = value_at_rank(b, m, at + 1 < count - 1 ? at + 1 : count - 1, gamma);
+    return v_lo + (v_hi - v_lo) * (pos - lo);
+}
+
+/* sketch_freeze(sketch, count, gamma) -> (p50, p95, ((key, n), ...) sorted by key), as
+ * timeline.SortedSketch gives them; None for input it does not model (no bucket, a key or count
+ * that is not an int in range, a count below 1). `count` holds the running sums once sorted. */
+static PyObject *
+sketch_freeze(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)module;
+    if (nargs != 3 || !PyDict_CheckExact(args[0]) || !PyLong_CheckExact(args[1]) ||
+        !PyFloat_CheckExact(args[2])) {
+        Py_RETURN_NONE;
+    }
+    PyObject *sketch = args[0];
+    long long count = PyLong_AsLongLong(args[1]);
+    double gamma = PyFloat_AS_DOUBLE(args[2]);
+    Py_ssize_t m = PyDict_GET_SIZE(sketch);
+    if ((count == -1 && PyErr_Occurred()) || count < 1 || m == 0) {
+        PyErr_Clear();
+        Py_RETURN_NONE;
+    }
+    Bucket *b = PyMem_Malloc((size_t)m * sizeof(Bucket));
+    if (b == NULL) {
+        return PyErr_NoMemory();
+    }
+    Py_ssize_t pos = 0, i = 0;
+    PyObject *k, *n;
+    int ok = 1;
+    while (ok && PyDict_Next(sketch, &pos, &k, &n)) {
+        ok = PyLong_CheckExact(k) && PyLong_CheckExact(n);
+        if (ok) {
+            b[i].key = PyLong_AsLongLong(k);
+            b[i].count = PyLong_AsLongLong(n);
+            ok = !PyErr_Occurred();
+            b[i].k = k;
+            b[i].n = n;
+            i++;
+        }
+    }
+    if (!ok) {
+        PyErr_Clear();
+        PyMem_Free(b);
+        Py_RETURN_NONE;
+    }
+    qsort(b, (size_t)m, sizeof(Bucket), cmp_bucket);
+    PyObject *items = PyTuple_New(m);
+    for (i = 0; items != NULL && i < m; i++) {
+        PyObject *pair = PyTuple_Pack(2, b[i].k, b[i].n);
+        if (pair == NULL) {
+            Py_CLEAR(items);
+            break;
+        }
+        PyTuple_SET_ITEM(items, i, pair);
+        b[i].count += i > 0 ? b[i - 1].count : 0;
+    }
+    PyObject *out = NULL;
+    if (items != NULL) {
+        out = Py_BuildValue("(ddN)", sketch_quantile(b, m, count, 0.5, gamma),
+                            sketch_quantile(b, m, count, 0.95, gamma), items);
+    }
+    PyMem_Free(b);
+    return out;
+}
+
 static PyMethodDef module_methods[] = {
     {"timeline_fold", (PyCFunction)(void (*)(void))timeline_fold, METH_FASTCALL,
      "Fold records[lo:hi] (one window's, ascending or not) into the window's nums and sketch, "
@@ -568,6 +685,8 @@ static PyMethodDef module_methods[] = {
      "One BlockSeries block's share of records[lo:hi], as BlockSeries.add_many adds it."},
     {"median_step_ms", median_step_ms, METH_O,
      "The median step_ms of the records, as spikes.Baseline computes it; None to decline."},
+    {"sketch_freeze", (PyCFunction)(void (*)(void))sketch_freeze, METH_FASTCALL,
+     "(p50, p95, sorted (key, count) pairs) of a timeline sketch; None to decline."},
     {NULL, NULL, 0, NULL},
 };
 

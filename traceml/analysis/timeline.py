@@ -65,6 +65,11 @@ def _c_fold() -> Callable[..., bool] | None:
 
 
 _C_FOLD = _c_fold()
+_Frozen = tuple[float, float, tuple[tuple[int, int], ...]]
+"""A sketch's p50, p95 and its (bucket, count) pairs in bucket order."""
+_C_FREEZE: Callable[[dict[int, int], int, float], _Frozen | None] | None
+_C_FREEZE = getattr(fold_module(), "sketch_freeze", None)
+"""_fold.c's twin of a window's sketch part of freeze (SortedSketch, the reference), or None."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -275,7 +280,11 @@ class _Open:
 
     def freeze(self) -> TimelineWindow:
         v, n = self.nums, int(self.nums[_N])
-        sorted_sketch = SortedSketch(self.sketch)
+        frozen = _C_FREEZE(self.sketch, n, _GAMMA) if _C_FREEZE is not None else None
+        if frozen is None:
+            ref = SortedSketch(self.sketch)
+            frozen = (ref.quantile(n, 0.5), ref.quantile(n, 0.95), tuple(ref.items))
+        p50, p95, sketch = frozen
         phases = tuple(
             v[_PH + i] / v[_PH + _NP + i] if v[_PH + _NP + i] else None for i in range(_NP)
         )
@@ -284,13 +293,13 @@ class _Open:
             last_step=int(v[_LAST]),
             steps=n,
             mean_ms=v[_SUM] / n,
-            p50_ms=min(sorted_sketch.quantile(n, 0.5), v[_MAX]),
-            p95_ms=min(sorted_sketch.quantile(n, 0.95), v[_MAX]),
+            p50_ms=min(p50, v[_MAX]),
+            p95_ms=min(p95, v[_MAX]),
             max_ms=v[_MAX],
             phase_ms=phases,
             host_rss_mb=v[_RSS] / v[_RSS_N] if v[_RSS_N] else None,
             device_allocated_mb=v[_DEV] / v[_DEV_N] if v[_DEV_N] else None,
-            sketch=tuple(sorted_sketch.items),
+            sketch=sketch,
         )
 
     @classmethod
