@@ -17,6 +17,7 @@ from collections.abc import Callable
 
 import pytest
 
+from tests.unit._sketches import random_sketch
 from traceml.analysis import native, spikes, stats, timeline
 from traceml.analysis.stats import PhaseTotals, WindowStats
 from traceml.analysis.store import RunStore
@@ -333,10 +334,7 @@ def test_the_c_sketch_freeze_is_the_python_one(seed: int) -> None:
     assert c_freeze is not None, "the C fold is not built: run `make install`"
     rng = random.Random(seed)
     for _ in range(50):
-        keys = rng.sample(range(-300, 3000), rng.randint(1, 70))
-        sketch = {key: rng.randint(1, 40) for key in keys}
-        if rng.random() < 0.2:
-            sketch[0] = rng.randint(1, 3)
+        sketch = random_sketch(rng, range(-300, 3000), buckets=70, most=40)
         held = sum(sketch.values())
         for count in (held, 1, max(1, held - 1), held + 5):
             assert c_freeze(sketch, count, timeline._GAMMA) == _python_freeze(sketch, count)

@@ -7,6 +7,7 @@ import random
 
 import pytest
 
+from tests.unit._sketches import random_sketch
 from traceml.analysis.stats import quantile
 from traceml.analysis.store import RunStore
 from traceml.analysis.timeline import (
@@ -147,10 +148,7 @@ def test_sketch_quantiles_are_those_of_the_expanded_buckets() -> None:
     value (zero, negative and positive bucket keys; one bucket; many)."""
     rng = random.Random(11)
     for _ in range(200):
-        keys = rng.sample(range(-40, 400), rng.randint(1, 12))
-        sketch = {key: rng.randint(1, 5) for key in keys}
-        if rng.random() < 0.2:
-            sketch[0] = rng.randint(1, 3)
+        sketch = random_sketch(rng, range(-40, 400), buckets=12, most=5)
         count = sum(sketch.values())
         values = [_bucket_value(k) for k in sorted(sketch) for _ in range(sketch[k])]
         for q in (0.0, 0.05, 0.5, 0.95, 0.99, 1.0, rng.random()):
