@@ -1,6 +1,6 @@
-"""psutil and NVML raising in every process of the job (a sitecustomize shim on PYTHONPATH):
-the job trains on, TraceML warns at most once, keeps its live view, and reports the missing
-signals as null (not measured), never as zero."""
+"""psutil and NVML raising, and /proc unreadable, in every process of the job (a sitecustomize
+shim on PYTHONPATH): the job trains on, TraceML warns at most once, keeps its live view, and
+reports the missing signals as null (not measured), never as zero."""
 
 from __future__ import annotations
 
@@ -31,14 +31,31 @@ def broken(kind: str, what: str = "psutil,nvml") -> dict[str, str]:
 
 
 @pytest.mark.parametrize("kind", ["AccessDenied", "RuntimeError"])
-def test_psutil_and_nvml_raising(tmp_path: Path, runtime_dir: Path, kind: str) -> None:
-    with training(tmp_path, None, "--steps", str(STEPS), env=broken(kind)) as job:
+def test_psutil_nvml_and_proc_failing(tmp_path: Path, runtime_dir: Path, kind: str) -> None:
+    """Nothing to read the host from: its CPU and memory are null, not zero; the process's CPU
+    (os.times) is still measured."""
+    env = broken(kind, "psutil,nvml,procfs")
+    with training(tmp_path, None, "--steps", str(STEPS), env=env) as job:
         result = job.finish()
     data = check_finished(result, summary_of(tmp_path), steps=STEPS)
     assert len(warnings(result.stderr)) <= 1, warnings(result.stderr)
-    assert data["system"]["cpu_pct_avg"] is None, "the shim was not in effect"
+    system = data["system"]
+    assert system["host_cpu_pct_avg"] is None, "the shim was not in effect"
+    assert system["host_mem_used_peak_mb"] is None
+    assert system["cpu_pct_avg"] is not None
     rank = read_rank_file(run_dir(runtime_dir, data["run"]["id"]) / "rank-0.json")
     assert rank.endpoints and rank.end is not None, "the live view must survive broken probes"
+
+
+def test_psutil_raising_leaves_linux_signals_measured(tmp_path: Path) -> None:
+    """On Linux the system sample reads /proc itself: psutil failing costs no signal."""
+    with training(tmp_path, None, "--steps", str(STEPS), env=broken("AccessDenied")) as job:
+        result = job.finish()
+    data = check_finished(result, summary_of(tmp_path), steps=STEPS)
+    assert warnings(result.stderr) == []
+    system = data["system"]
+    assert system["host_cpu_pct_avg"] is not None and system["cpu_pct_avg"] is not None
+    assert system["host_mem_used_peak_mb"] is not None
 
 
 @pytest.mark.gpu

@@ -39,7 +39,7 @@ class SystemSampler:
         self._own: tuple[float, float] | None = None
         """(thread CPU, monotonic) seconds at the previous sample, read on the sampling thread."""
         self._process: tuple[float, float] | None = None
-        self.process_cpu_pct()
+        probe("process cpu", self.process_cpu_pct, None)
 
     def own_cpu_pct(self) -> float | None:
         """CPU of the calling thread (the tx thread) since the previous call, 100 = one core;

@@ -2,12 +2,14 @@
 
 `psutil.Process`, `psutil.cpu_percent`, `psutil.virtual_memory` and `pynvml.nvmlInit` raise the
 exception named by TRACEML_FAULT_RAISE: `AccessDenied` (what a locked-down /proc gives) or
-`RuntimeError` (anything at all). TRACEML_FAULT_BREAK picks the libraries (default
-"psutil,nvml"). Every process of the job gets it, the launcher included.
+`RuntimeError` (anything at all). With "procfs", opening /proc/stat or /proc/meminfo (which the
+system sample reads itself on Linux) fails with EACCES. TRACEML_FAULT_BREAK picks what breaks
+(default "psutil,nvml"). Every process of the job gets it, the launcher included.
 """
 
 from __future__ import annotations
 
+import errno
 import os
 from typing import Any, NoReturn
 
@@ -35,3 +37,13 @@ if "nvml" in _BREAK:
         pass
     else:
         pynvml.nvmlInit = _raise
+
+if "procfs" in _BREAK:
+    _os_open = os.open
+
+    def _open(path: Any, *args: Any, **kwargs: Any) -> int:
+        if os.fspath(path) in ("/proc/stat", "/proc/meminfo"):
+            raise PermissionError(errno.EACCES, "injected", path)
+        return _os_open(path, *args, **kwargs)
+
+    os.open = _open
