@@ -229,10 +229,11 @@ def sketch_quantile(sketch: dict[int, int], count: int, q: float) -> float:
 
 
 class SortedSketch:
-    """A sketch's buckets sorted once, for several quantiles. A window's freeze asks for two,
-    each at two ranks, and sorted the buckets for every rank: sorting once, and the int keys
-    rather than (key, count) pairs, freezes a whole timeline a third faster (235 windows:
-    4.8 -> 3.2 ms here), which every viewer and the heartbeat finding re-freeze as steps arrive."""
+    """A sketch's buckets sorted once, for several quantiles: the reference of
+    _fold.sketch_freeze. A window's freeze asks for two, each at two ranks, and sorted the
+    buckets for every rank; sorting once, and the int keys rather than (key, count) pairs,
+    froze a whole timeline a third faster (235 windows: 4.8 -> 3.2 ms; 2.3 in C), which every
+    viewer and the heartbeat finding re-freeze as steps arrive."""
 
     __slots__ = ("_cum", "items")
 

@@ -13,11 +13,9 @@ import time
 from typing import Any
 
 from traceml.instrument.nvml import Nvml
-from traceml.instrument.procfs import ProcFs
+from traceml.instrument.procfs import MB, ProcFs
 from traceml.probe import probe
 from traceml.records import SystemSample
-
-MB = 1024.0 * 1024.0
 
 
 class SystemSampler:
