@@ -1,0 +1,78 @@
+"""When the tx thread wakes: a tick (fold, publish, service) 4 times a second and, half a tick
+after, the once-a-second work (system sample, heartbeat finding), never in the same wake-up, so
+no step waits for both on the GIL."""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from typing import Any
+
+import pytest
+
+from tests.unit._sinks import NullSink
+from traceml.analysis.store import RunStore
+from traceml.instrument import worker
+from traceml.instrument.system import SystemSampler
+from traceml.instrument.timer import StepTimer
+from traceml.instrument.worker import TxWorker, WorkerParts, next_beat
+from traceml.records import RankEnd, RankInfo, SystemSample
+
+
+class Ticks(NullSink):
+    """Notes the perf_counter_ns of each tick (service() runs once at the end of every tick)."""
+
+    def __init__(self) -> None:
+        self.at: list[int] = []
+
+    def service(self, now: float, **_: Any) -> None:
+        self.at.append(time.perf_counter_ns())
+
+
+class Samples(SystemSampler):
+    """The real sampler, noting when each sample was taken."""
+
+    def __init__(self) -> None:
+        super().__init__(0, None)
+        self.at: list[int] = []
+
+    def sample(self) -> SystemSample:
+        self.at.append(time.perf_counter_ns())
+        return super().sample()
+
+
+def test_samples_and_ticks_never_share_a_wake_up(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(worker, "TICK_S", 0.04)
+    monkeypatch.setattr(worker, "SYSTEM_EVERY_S", 0.08)
+    info = RankInfo(run_id="schedule-1", rank=0)
+    raw: deque[Any] = deque(maxlen=100_000)
+    timer = StepTimer(raw)
+    ticks, samples = Ticks(), Samples()
+    parts = WorkerParts(
+        info=info, raw=raw, store=RunStore(), page_mb=0.004, wall_offset_ns=0,
+        sampler=samples, sinks=[ticks],
+    )  # fmt: skip
+    tx = TxWorker(parts)
+    tx.start()
+    end = time.perf_counter() + 1.0
+    while time.perf_counter() < end:
+        timer.enter()
+        time.sleep(0.001)
+        timer.exit()
+    assert tx.stop(RankEnd(0, "ok", timer.step, time.time()), timeout=10.0)
+    spans = list(tx.busy._spans)  # one busy span per wake-up (a few records: one fold slice)
+    assert len(samples.at) >= 5 and len(ticks.at) >= 10  # ~12 and ~25 on an idle host
+    for start, stop in spans:
+        sampled = any(start <= t <= stop for t in samples.at)
+        ticked = any(start <= t <= stop for t in ticks.at)
+        assert not (sampled and ticked), "a sample ran in a tick's wake-up"
+
+
+def test_beats_stay_on_their_grid_and_skip_what_was_missed() -> None:
+    assert next_beat(1.0, 0.25, 1.1) == 1.25
+    assert next_beat(1.0, 0.25, 1.25) == 1.5  # strictly after now
+    assert next_beat(1.0, 0.25, 2.0) == 2.25  # three beats missed: skipped, still on the grid
+    due = 0.125
+    for now in (0.13, 0.2, 1.3, 1.3001, 7.0):  # late wake-ups do not shift the grid
+        due = next_beat(due, 1.0, now)
+        assert (due - 0.125) % 1.0 == pytest.approx(0.0, abs=1e-9) and due > now
