@@ -35,6 +35,8 @@ class Loop:
         self.opt = torch.optim.SGD(self.model.parameters(), lr=1e-3)
         data = TensorDataset(torch.randn(batch * 32, 64), torch.randn(batch * 32, 1))
         self.loader = DataLoader(data, batch_size=batch)
+        self.started = 0.0
+        """perf_counter() at which the last block's first step began (its steps follow on)."""
 
     def step(self, x: Any, y: Any) -> None:
         self.opt.zero_grad(set_to_none=True)
@@ -50,7 +52,7 @@ class Loop:
 
         times: list[float] = []
         it = iter(self.loader)
-        t_prev = time.perf_counter()
+        t_prev = self.started = time.perf_counter()
         while len(times) < steps:
             try:
                 x, y = next(it)

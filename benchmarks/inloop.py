@@ -27,6 +27,7 @@ blocks (every other one), what the same arm moves by within this run.
 from __future__ import annotations
 
 import argparse
+import bisect
 import gc
 import random
 import shutil
@@ -163,12 +164,49 @@ class GcByThread:
         self.by_thread[name] = (n + 1, ns + took)
 
 
-def run_block(loop: Loop, steps: int, traced: bool) -> tuple[list[float], float]:
-    """Per-step wall µs of `steps` steps, and the process CPU s up to the end of the pause."""
+def run_block(loop: Loop, steps: int, traced: bool) -> tuple[list[float], float, float]:
+    """Per-step wall µs of `steps` steps, the process CPU s up to the end of the pause, and the
+    perf_counter() at which the first step began."""
     cpu0 = time.process_time()
     times = loop.block(steps, traced)
+    started = loop.started
     time.sleep(PAUSE_S)
-    return times, time.process_time() - cpu0
+    return times, time.process_time() - cpu0, started
+
+
+def record_busy_spans() -> list[tuple[int, int]]:
+    """Every busy span the tx thread notes from now on (perf_counter_ns pairs, in order)."""
+    from traceml.instrument.busy import BusySpans
+
+    spans: list[tuple[int, int]] = []
+    add = BusySpans.add
+
+    def noted(self: BusySpans, start_ns: int, end_ns: int) -> None:
+        spans.append((start_ns, end_ns))
+        add(self, start_ns, end_ns)
+
+    BusySpans.add = noted  # type: ignore[method-assign]
+    return spans
+
+
+def split_held(
+    blocks: list[tuple[list[float], float]], spans: list[tuple[int, int]]
+) -> tuple[list[float], list[float]]:
+    """The step times of `blocks` ((µs per step, start s) each) that overlapped no busy span of
+    the tx thread, and those that did: what the training thread's own wrappers cost against
+    what waiting on the GIL behind the tx thread's work costs."""
+    starts = [a for a, _ in spans]
+    clear: list[float] = []
+    held: list[float] = []
+    for times, started in blocks:
+        begin = started * 1e9
+        for us in times:
+            end = begin + us * 1e3
+            at = bisect.bisect_left(starts, end)
+            overlaps = any(spans[i][1] > begin for i in range(max(0, at - 4), at))
+            (held if overlaps else clear).append(us)
+            begin = end
+    return clear, held
 
 
 def main() -> None:
@@ -194,6 +232,7 @@ def main() -> None:
         tx_parts(loop, a.tx, tmp / "final_summary.json")
         shutil.rmtree(tmp, ignore_errors=True)
         return
+    spans = record_busy_spans()
     setups = arms(tmp / "final_summary.json", a.parts)
     torch = setups.pop("_torch")
     session = setups.pop("_session")
@@ -202,6 +241,7 @@ def main() -> None:
     order = [n for _ in range(a.blocks) for n in rng.sample(names, len(names))]
     walls: dict[str, list[list[float]]] = {n: [] for n in names}
     cpus: dict[str, list[float]] = {n: [] for n in names}
+    began: dict[str, list[float]] = {n: [] for n in names}
     step = 0
     for name in names + order:  # one warm-up block of each arm first, not counted
         hooks, ctx, timer = setups[name]
@@ -216,12 +256,13 @@ def main() -> None:
             # Every arm's steps go through `traceml.trace_step(model)`, as a user's do: the
             # session hands out this arm's context and reads this arm's timer.
             session.step_ctx, session.timer = ctx, timer
-        times, cpu = run_block(loop, a.steps, traced=hooks is not None)
+        times, cpu, started = run_block(loop, a.steps, traced=hooks is not None)
         step = timer.step if timer is not None else step
         walls[name].append(times)
         cpus[name].append(cpu)
+        began[name].append(started)
     for name in names:
-        walls[name], cpus[name] = walls[name][1:], cpus[name][1:]
+        walls[name], cpus[name], began[name] = walls[name][1:], cpus[name][1:], began[name][1:]
     quiet_shutdown()
     shutil.rmtree(tmp, ignore_errors=True)
 
@@ -253,6 +294,23 @@ def main() -> None:
             f" {(p99(name) / b_p99 - 1) * 100:+10.0f} %    "
             f" {cpu(name) - b_cpu:+12.1f} ({noise_cpu:4.1f})"
         )
+    if "C" in walls:
+        clear, held = split_held(list(zip(walls["C"], began["C"], strict=True)), spans)
+        bare = [t for block in walls["bare"] for t in block]
+        print(
+            "\nthe C arm's steps, apart by whether they overlapped the tx thread's work (µs;"
+            " held: the step waited on the GIL behind it, or ran beside it in C):"
+        )
+        print(f"  {'':18s} {'steps':>7s} {'mean':>8s} {'p99':>7s} {'p99.9':>7s} {'max':>7s}")
+        for label, values in (("bare", bare), ("C, not held", clear), ("C, held", held)):
+            if values:
+                print(
+                    f"  {label:18s} {len(values):7d} {statistics.fmean(values):8.1f}"
+                    f" {pct(values, 0.99):7.0f} {pct(values, 0.999):7.0f} {max(values):7.0f}"
+                )
+        share = len(held) / max(1, len(held) + len(clear))
+        extra = statistics.fmean(held) - statistics.fmean(clear) if held and clear else 0.0
+        print(f"  held steps add {share * extra:.1f} µs to the C arm's mean ({share:.2%} of them)")
 
 
 if __name__ == "__main__":
