@@ -27,14 +27,15 @@ blocks (every other one), what the same arm moves by within this run.
 from __future__ import annotations
 
 import argparse
-import bisect
 import gc
+import itertools
 import random
 import shutil
 import statistics
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -138,7 +139,9 @@ def tx_parts(loop: Loop, steps: int, summary: Path) -> None:
     for name, _, _ in parts:
         ns, n = spent.get(name, 0), calls.get(name, 0)
         print(f"  {name:36s} {ns / steps / 1e3:9.2f} {n:6d} {ns / max(1, n) / 1e3:10.1f}")
-    total = spent.get("tick (all but the sample)", 0) + spent.get(parts[5][0], 0)
+    total = spent.get("tick (all but the sample)", 0) + spent.get(
+        "system sample, heartbeat finding", 0
+    )
     print(f"  {'in all':36s} {total / steps / 1e3:9.2f}")
     print("garbage collections during those steps (the thread that ran each pays it):")
     for thread, (n, ns) in sorted(collections.by_thread.items()):
@@ -174,8 +177,9 @@ def run_block(loop: Loop, steps: int, traced: bool) -> tuple[list[float], float,
     return times, time.process_time() - cpu0, started
 
 
-def record_busy_spans() -> list[tuple[int, int]]:
-    """Every busy span the tx thread notes from now on (perf_counter_ns pairs, in order)."""
+def note_busy_spans() -> tuple[list[tuple[int, int]], Callable[[], None]]:
+    """Every busy span the tx thread notes from now on (perf_counter_ns pairs, in order), and
+    the call that stops noting them (BusySpans.add is itself again)."""
     from traceml.instrument.busy import BusySpans
 
     spans: list[tuple[int, int]] = []
@@ -185,27 +189,37 @@ def record_busy_spans() -> list[tuple[int, int]]:
         spans.append((start_ns, end_ns))
         add(self, start_ns, end_ns)
 
+    def stop() -> None:
+        BusySpans.add = add  # type: ignore[method-assign]
+
     BusySpans.add = noted  # type: ignore[method-assign]
-    return spans
+    return spans, stop
 
 
 def split_held(
     blocks: list[tuple[list[float], float]], spans: list[tuple[int, int]]
 ) -> tuple[list[float], list[float]]:
     """The step times of `blocks` ((µs per step, start s) each) that overlapped no busy span of
-    the tx thread, and those that did: what the training thread's own wrappers cost against
-    what waiting on the GIL behind the tx thread's work costs."""
-    starts = [a for a, _ in spans]
+    the tx thread, and those that did, by the overlap the tx thread itself computes for
+    `held_ms` (BusySpans.overlaps): what the training thread's own wrappers cost against what
+    waiting on the GIL behind the tx thread's work costs."""
+    from traceml.instrument.busy import BusySpans
+    from traceml.instrument.timer import RawStep
+
+    busy = BusySpans(kept=max(1, len(spans)))
+    for start_ns, end_ns in spans:
+        busy.add(start_ns, end_ns)
     clear: list[float] = []
     held: list[float] = []
     for times, started in blocks:
-        begin = started * 1e9
-        for us in times:
-            end = begin + us * 1e3
-            at = bisect.bisect_left(starts, end)
-            overlaps = any(spans[i][1] > begin for i in range(max(0, at - 4), at))
-            (held if overlaps else clear).append(us)
-            begin = end
+        bounds = [round(us * 1e3) for us in itertools.accumulate(times, initial=started * 1e6)]
+        raws = [
+            RawStep(i, a, b, (), 0, -1, None, None)
+            for i, (a, b) in enumerate(itertools.pairwise(bounds))
+        ]
+        overlapped = busy.overlaps(raws)
+        for i, us in enumerate(times):
+            (held if i in overlapped else clear).append(us)
     return clear, held
 
 
@@ -232,7 +246,7 @@ def main() -> None:
         tx_parts(loop, a.tx, tmp / "final_summary.json")
         shutil.rmtree(tmp, ignore_errors=True)
         return
-    spans = record_busy_spans()
+    spans, stop_noting = note_busy_spans()
     setups = arms(tmp / "final_summary.json", a.parts)
     torch = setups.pop("_torch")
     session = setups.pop("_session")
@@ -264,6 +278,7 @@ def main() -> None:
     for name in names:
         walls[name], cpus[name], began[name] = walls[name][1:], cpus[name][1:], began[name][1:]
     quiet_shutdown()
+    stop_noting()
     shutil.rmtree(tmp, ignore_errors=True)
 
     def mean(name: str) -> float:
