@@ -18,6 +18,14 @@ from traceml.probe import probe
 from traceml.records import SystemSample
 
 
+def cpu_pct_since(last: tuple[float, float] | None, now: tuple[float, float]) -> float | None:
+    """CPU over wall time between two (CPU seconds, monotonic seconds) readings, 100 = one
+    core; None without an earlier reading or when no time passed."""
+    if last is None or now[1] <= last[1]:
+        return None
+    return 100.0 * (now[0] - last[0]) / (now[1] - last[1])
+
+
 class SystemSampler:
     """Takes one SystemSample per call; CPU percentages are since the previous call."""
 
@@ -42,21 +50,15 @@ class SystemSampler:
     def own_cpu_pct(self) -> float | None:
         """CPU of the calling thread (the tx thread) since the previous call, 100 = one core;
         None on the first call."""
-        now = (time.thread_time(), time.monotonic())
-        last, self._own = self._own, now
-        if last is None or now[1] <= last[1]:
-            return None
-        return 100.0 * (now[0] - last[0]) / (now[1] - last[1])
+        last, self._own = self._own, (time.thread_time(), time.monotonic())
+        return cpu_pct_since(last, self._own)
 
     def process_cpu_pct(self) -> float | None:
         """CPU of the whole process (every thread) since the previous call, 100 = one core, as
         psutil's Process.cpu_percent gives it; None on the first call."""
         times = os.times()
-        now = (times.user + times.system, time.monotonic())
-        last, self._process = self._process, now
-        if last is None or now[1] <= last[1]:
-            return None
-        return 100.0 * (now[0] - last[0]) / (now[1] - last[1])
+        last, self._process = self._process, (times.user + times.system, time.monotonic())
+        return cpu_pct_since(last, self._process)
 
     def sample(self) -> SystemSample:
         host_cpu = used = total = None
