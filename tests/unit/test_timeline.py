@@ -12,10 +12,10 @@ from traceml.analysis.stats import quantile
 from traceml.analysis.store import RunStore
 from traceml.analysis.timeline import (
     SKETCH_ACCURACY,
+    SortedSketch,
     Timeline,
     TimelineWindow,
     _bucket_value,
-    sketch_quantile,
 )
 from traceml.errors import SchemaError
 from traceml.records import PHASES, StepRecord
@@ -154,4 +154,4 @@ def test_sketch_quantiles_are_those_of_the_expanded_buckets() -> None:
         for q in (0.0, 0.05, 0.5, 0.95, 0.99, 1.0, rng.random()):
             want = quantile(values, q)
             assert want is not None
-            assert sketch_quantile(sketch, count, q) == pytest.approx(want, rel=1e-12)
+            assert SortedSketch(sketch).quantile(count, q) == pytest.approx(want, rel=1e-12)

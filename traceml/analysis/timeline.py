@@ -221,13 +221,6 @@ def _collapse(sketch: dict[int, int]) -> None:
         sketch[into] += sketch.pop(key)
 
 
-def sketch_quantile(sketch: dict[int, int], count: int, q: float) -> float:
-    """Value at quantile q of a sketch holding `count` values, interpolated between the two
-    neighbouring ranks as stats.quantile does (so p95 of a 2-step window is near its slower
-    step, not its faster one)."""
-    return SortedSketch(sketch).quantile(count, q)
-
-
 class SortedSketch:
     """A sketch's buckets sorted once, for several quantiles: the reference of
     _fold.sketch_freeze. A window's freeze asks for two, each at two ranks, and sorted the
@@ -244,6 +237,9 @@ class SortedSketch:
         self._cum = list(itertools.accumulate(counts))
 
     def quantile(self, count: int, q: float) -> float:
+        """Value at quantile q of the sketch holding `count` values, interpolated between the two
+        neighbouring ranks as stats.quantile does (so p95 of a 2-step window is near its slower
+        step, not its faster one)."""
         pos = q * (count - 1)
         lo = math.floor(pos)
         v_lo, v_hi = self._value_at_rank(lo), self._value_at_rank(min(lo + 1, count - 1))
