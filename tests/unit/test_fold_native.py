@@ -35,6 +35,7 @@ def test_the_c_fold_is_built_and_chosen() -> None:
 def test_without_the_c_build_the_python_fold_serves(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "traceml.analysis._fold", None)  # import -> ImportError
     assert timeline._c_fold() is None
+    assert spikes._c_scan() is None
 
 
 def test_a_build_that_reads_records_elsewhere_is_not_used(
@@ -73,6 +74,7 @@ def test_a_build_for_other_phases_is_not_used(monkeypatch: pytest.MonkeyPatch) -
     assert native.fold_module() is None
     assert timeline._c_fold() is None
     assert spikes._c_median() is None
+    assert spikes._c_scan() is None
 
 
 def random_record(step: int, rng: random.Random) -> StepRecord:
@@ -272,6 +274,8 @@ def test_a_run_folds_to_the_same_summary_either_way(monkeypatch: pytest.MonkeyPa
     for on in (False, True):
         monkeypatch.setattr(stats, "_C", native.fold_module() if on else None)
         monkeypatch.setattr(timeline, "_C_FOLD", c_fold if on else None)
+        monkeypatch.setattr(spikes, "_C_SCAN", spikes._c_scan() if on else None)
+        monkeypatch.setattr(spikes, "_C_MEDIAN", spikes._c_median() if on else None)
         store = RunStore(history_steps=512)
         for lo in range(0, len(records), 625):
             store.add_steps(records[lo : lo + 625])
@@ -319,6 +323,70 @@ def test_the_c_median_declines_what_it_does_not_model() -> None:
     for odd in (math.nan, math.inf, -0.0, 3):
         assert c_median([good, good._replace(step_ms=odd)]) is None
     assert c_median([]) is None
+
+
+def spiky_batches(rng: random.Random, steps: int) -> list[list[StepRecord]]:
+    """Ascending batches of a run with spikes, ties and steps TraceML's own work overlapped
+    (held_ms: some small, some hiding a spike, some longer than the step)."""
+    records = []
+    for s in range(steps):
+        rec = random_record(s, rng)
+        if rng.random() < 0.5:
+            rec = rec._replace(step_ms=float(round(rec.step_ms)))  # ties
+        if rng.random() < 0.05:
+            rec = rec._replace(step_ms=rec.step_ms * 30 + 100)
+        if rng.random() < 0.1:
+            rec = rec._replace(held_ms=rng.choice([0.01, rec.step_ms * 0.9, rec.step_ms + 1]))
+        records.append(rec)
+    batches, i = [], 0
+    while i < steps:
+        n = rng.choice([1, 3, 7, 8, 9, 15, 16, 17, 40, 64, 65, 255, 700])
+        batches.append(records[i : i + n])
+        i += n
+    return batches
+
+
+def baseline_state(b: spikes.Baseline) -> tuple[object, ...]:
+    return list(b._recent), b._since, b.ms
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_the_c_spike_scan_finds_what_the_chunks_find(
+    seed: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Baseline.scan (C) against RunStore._judge_chunks (Python): the same spikes with the same
+    SlowSteps, and the same Baseline after every batch. Some seeds change the window, the
+    recomputation interval and the warm-up, so medians of odd windows are checked too."""
+    keep, every, least = [(64, 16, 8), (63, 5, 3), (7, 3, 7)][seed % 3]
+    monkeypatch.setattr(spikes, "BASELINE_STEPS", keep)
+    monkeypatch.setattr(spikes, "BASELINE_EVERY", every)
+    monkeypatch.setattr(spikes, "BASELINE_MIN", least)
+    rng = random.Random(seed)
+    factor = rng.choice([1.5, 3.0, 3])
+    by_c, by_python = RunStore(), RunStore()
+    b_c, b_py = by_c._rank(0).baseline, by_python._rank(0).baseline
+    found = 0
+    for batch in spiky_batches(rng, 3000):
+        scanned = b_c.scan(batch, factor)
+        assert scanned is not None
+        assert scanned == by_python._rank(0)._judge_chunks(batch, factor)
+        assert baseline_state(b_c) == baseline_state(b_py)
+        found += len(scanned)
+    assert found > 20  # spikes were there to find
+
+
+def test_the_c_spike_scan_declines_untouched() -> None:
+    good = StepRecord(0, 1, 0.0, 2.0, (1.0,) * len(PHASES))
+    baseline = spikes.Baseline()
+    assert baseline.scan([good._replace(step=s) for s in range(20)], 3.0) == []
+    before = baseline_state(baseline)
+    odd_records = [good._replace(step_ms=odd) for odd in (math.nan, math.inf, -0.0, 3)]
+    odd_records.append(good._replace(held_ms=1))
+    for odd in odd_records:
+        assert baseline.scan([good, odd], 3.0) is None
+        assert baseline_state(baseline) == before
+    baseline._recent.append(odd_records[0])  # a NaN already in the window: declined too
+    assert baseline.scan([good], 3.0) is None
 
 
 def _python_freeze(sketch: dict[int, int], count: int) -> tuple[float, float, tuple[object, ...]]:

@@ -4,6 +4,8 @@
  *   stats_fold     stats.WindowStats.add_many's step total, histogram and phase totals;
  *   block_fold     one block of stats.BlockSeries.add_many;
  *   median_step_ms spikes.Baseline's rolling median (every 16 steps, of the last 64);
+ *   spike_scan     store._judge_chunks: which steps of a batch are spikes, and the rolling
+ *                  median after it;
  *   sketch_freeze  timeline.SortedSketch's p50, p95 and sorted buckets, as a window freezes.
  *
  * Why C: every step a rank runs is folded on its tx thread, and every step of every rank in a
@@ -28,6 +30,7 @@
 #define F_PHASES 4
 #define F_RSS 6
 #define F_DEV 7
+#define F_HELD 11
 #define RECORD_FIELDS 10 /* at least these: rank .. device_peak_mb */
 
 /* An open window's slots (timeline._ID ... _PH; phase sums at PH + i, counts at PH + NP + i) */
@@ -559,6 +562,212 @@ median_step_ms(PyObject *module, PyObject *records)
     return PyFloat_FromDouble(mid);
 }
 
+/* A step time the scan models: a finite float, not -0.0 (as median_step_ms). */
+static int
+scan_ms(PyObject *rec, Py_ssize_t min_size, double *out)
+{
+    if (!PyTuple_Check(rec) || PyTuple_GET_SIZE(rec) < min_size) {
+        return 0;
+    }
+    PyObject *ms = PyTuple_GET_ITEM(rec, F_STEP_MS);
+    if (!PyFloat_Check(ms)) {
+        return 0;
+    }
+    *out = PyFloat_AS_DOUBLE(ms);
+    return isfinite(*out) && !(*out == 0.0 && signbit(*out));
+}
+
+/* The k-th smallest of v[0..n) (0-based), v reordered so that v[0..k) are all <= it: a
+ * quickselect, linear where a sort (qsort's call per comparison) cost most of the scan. The
+ * values are finite and never -0.0, so any order of the equal ones gives the same values. */
+static double
+select_kth(double *v, Py_ssize_t n, Py_ssize_t k)
+{
+    Py_ssize_t lo = 0, hi = n - 1;
+    while (lo < hi) {
+        double pivot = v[lo + (hi - lo) / 2];
+        Py_ssize_t i = lo, j = hi;
+        while (i <= j) {
+            while (v[i] < pivot) {
+                i++;
+            }
+            while (v[j] > pivot) {
+                j--;
+            }
+            if (i <= j) {
+                double t = v[i];
+                v[i] = v[j];
+                v[j] = t;
+                i++;
+                j--;
+            }
+        }
+        if (k <= j) {
+            hi = j;
+        } else if (k >= i) {
+            lo = i;
+        } else {
+            break; /* v[j+1..i) all equal the pivot, and k is among them */
+        }
+    }
+    return v[k];
+}
+
+/* The median of the window's n values (a ring of `keep` from `head`), as median_step_ms: the
+ * middle one, or the mean of the two middle ones (the largest of the lower half). */
+static double
+ring_median(const double *ring, Py_ssize_t keep, Py_ssize_t head, Py_ssize_t n, double *tmp)
+{
+    for (Py_ssize_t k = 0; k < n; k++) {
+        tmp[k] = ring[(head + k) % keep];
+    }
+    double upper = select_kth(tmp, n, n / 2);
+    if (n % 2) {
+        return upper;
+    }
+    double lower = tmp[0];
+    for (Py_ssize_t k = 1; k < n / 2; k++) {
+        lower = tmp[k] > lower ? tmp[k] : lower;
+    }
+    return (lower + upper) / 2;
+}
+
+#define SCAN_KEEP_MAX 512 /* the most values a window holds (Baseline's: 64) */
+
+/* spike_scan(recent, records, since, ms, factor, keep, every, least)
+ *   -> ([(index, median), ...], since, ms) | None
+ *
+ * store.RunStore._judge_chunks and spikes.Baseline in one pass over a batch: records go in
+ * chunks that end where the rolling median is recomputed (Baseline.steady); a record is a spike
+ * when its step time less its held_ms is above factor x the median current for its chunk (only
+ * looked at when some step time of the chunk is above it, as _above lets through); after each
+ * chunk the window (the last `keep` step times, `recent` first) takes the chunk, and the median
+ * is recomputed once `every` steps were observed, or once `least` were while there is none.
+ * Returns each spike's index in `records` with the median it was judged against, and the
+ * Baseline's `_since` and `ms` after the batch; the caller updates the Baseline. None, with
+ * nothing read changed, for what it does not model: a step time that is not a finite float (or
+ * is -0.0), a held_ms that is neither None nor a float, a `records` that is not a list. */
+static PyObject *
+spike_scan(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)module;
+    if (nargs != 8) {
+        PyErr_SetString(PyExc_TypeError, "spike_scan takes 8 arguments");
+        return NULL;
+    }
+    PyObject *recent = args[0], *records = args[1], *ms_arg = args[3];
+    Py_ssize_t since = PyLong_AsSsize_t(args[2]);
+    double factor = PyFloat_AsDouble(args[4]);
+    Py_ssize_t keep = PyLong_AsSsize_t(args[5]);
+    Py_ssize_t every = PyLong_AsSsize_t(args[6]);
+    Py_ssize_t least = PyLong_AsSsize_t(args[7]);
+    if (PyErr_Occurred()) {
+        return NULL;
+    }
+    if (!PyList_Check(records) || keep < 1 || keep > SCAN_KEEP_MAX || every < 1 || least < 1 ||
+        (ms_arg != Py_None && !PyFloat_Check(ms_arg))) {
+        Py_RETURN_NONE;
+    }
+    int have_ms = ms_arg != Py_None;
+    double ms = have_ms ? PyFloat_AS_DOUBLE(ms_arg) : 0.0;
+    double ring[SCAN_KEEP_MAX], tmp[SCAN_KEEP_MAX];
+    Py_ssize_t head = 0, n = 0; /* the window: n values from ring[head] */
+
+    PyObject *it = PyObject_GetIter(recent);
+    if (it == NULL) {
+        return NULL;
+    }
+    PyObject *rec;
+    int ok = 1;
+    while ((rec = PyIter_Next(it)) != NULL) {
+        double v;
+        ok = ok && scan_ms(rec, F_STEP_MS + 1, &v);
+        Py_DECREF(rec);
+        if (ok) {
+            ring[(head + n) % keep] = v;
+            if (n < keep) {
+                n++;
+            } else {
+                head = (head + 1) % keep;
+            }
+        }
+    }
+    Py_DECREF(it);
+    if (PyErr_Occurred()) {
+        return NULL;
+    }
+    Py_ssize_t total = PyList_GET_SIZE(records);
+    for (Py_ssize_t i = 0; ok && i < total; i++) {
+        double v;
+        PyObject *r = PyList_GET_ITEM(records, i);
+        ok = scan_ms(r, F_HELD + 1, &v) &&
+             (PyTuple_GET_ITEM(r, F_HELD) == Py_None || PyFloat_Check(PyTuple_GET_ITEM(r, F_HELD)));
+    }
+    if (!ok) {
+        Py_RETURN_NONE;
+    }
+
+    PyObject *hits = PyList_New(0);
+    if (hits == NULL) {
+        return NULL;
+    }
+    Py_ssize_t i = 0;
+    while (i < total) {
+        Py_ssize_t left = every - since; /* Baseline.steady() */
+        if (!have_ms && least - n < left) {
+            left = least - n;
+        }
+        Py_ssize_t end = i + (left > 1 ? left : 1);
+        if (end > total) {
+            end = total;
+        }
+        if (have_ms) {
+            double limit = factor * ms;
+            int above = 0;
+            for (Py_ssize_t k = i; k < end && !above; k++) {
+                above = PyFloat_AS_DOUBLE(PyTuple_GET_ITEM(PyList_GET_ITEM(records, k), F_STEP_MS)) > limit;
+            }
+            for (Py_ssize_t k = i; above && k < end; k++) {
+                PyObject *r = PyList_GET_ITEM(records, k);
+                PyObject *held = PyTuple_GET_ITEM(r, F_HELD);
+                double own = PyFloat_AS_DOUBLE(PyTuple_GET_ITEM(r, F_STEP_MS));
+                if (held != Py_None) {
+                    own = own - PyFloat_AS_DOUBLE(held);
+                }
+                if (own > limit) {
+                    PyObject *hit = Py_BuildValue("(nd)", k, ms);
+                    if (hit == NULL || PyList_Append(hits, hit) < 0) {
+                        Py_XDECREF(hit);
+                        Py_DECREF(hits);
+                        return NULL;
+                    }
+                    Py_DECREF(hit);
+                }
+            }
+        }
+        for (Py_ssize_t k = i; k < end; k++) { /* Baseline.observe_many */
+            ring[(head + n) % keep] =
+                PyFloat_AS_DOUBLE(PyTuple_GET_ITEM(PyList_GET_ITEM(records, k), F_STEP_MS));
+            if (n < keep) {
+                n++;
+            } else {
+                head = (head + 1) % keep;
+            }
+        }
+        since += end - i;
+        if (since >= every || (!have_ms && n >= least)) { /* Baseline._refresh */
+            since = 0;
+            ms = ring_median(ring, keep, head, n, tmp);
+            have_ms = 1;
+        }
+        i = end;
+    }
+    if (have_ms) {
+        return Py_BuildValue("(Nnd)", hits, since, ms);
+    }
+    return Py_BuildValue("(NnO)", hits, since, Py_None);
+}
+
 typedef struct {
     long long key;
     PyObject *k; /* borrowed from the sketch dict */
@@ -685,6 +894,9 @@ static PyMethodDef module_methods[] = {
      "One BlockSeries block's share of records[lo:hi], as BlockSeries.add_many adds it."},
     {"median_step_ms", median_step_ms, METH_O,
      "The median step_ms of the records, as spikes.Baseline computes it; None to decline."},
+    {"spike_scan", (PyCFunction)(void (*)(void))spike_scan, METH_FASTCALL,
+     "Spikes of a batch and the rolling median after it, as RunStore._judge_chunks finds them; "
+     "None to decline."},
     {"sketch_freeze", (PyCFunction)(void (*)(void))sketch_freeze, METH_FASTCALL,
      "(p50, p95, sorted (key, count) pairs) of a timeline sketch; None to decline."},
     {NULL, NULL, 0, NULL},
@@ -707,9 +919,9 @@ PyInit__fold(void)
     }
     /* Where the folds read a StepRecord's fields: native.py compares it with records.py's. */
     PyObject *layout = Py_BuildValue(
-        "((si)(si)(si)(si)(si)(si)(si))", "step", F_STEP, "step_ms", F_STEP_MS, "phases",
+        "((si)(si)(si)(si)(si)(si)(si)(si))", "step", F_STEP, "step_ms", F_STEP_MS, "phases",
         F_PHASES, "host_rss_mb", F_RSS, "device_allocated_mb", F_DEV, "device_reserved_mb",
-        F_DEV + 1, "device_peak_mb", F_DEV + 2);
+        F_DEV + 1, "device_peak_mb", F_DEV + 2, "held_ms", F_HELD);
     if (layout == NULL || PyModule_AddObject(m, "RECORD_LAYOUT", layout) < 0) {
         Py_XDECREF(layout);
         Py_DECREF(m);

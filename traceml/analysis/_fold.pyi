@@ -30,3 +30,17 @@ def stats_fold(
 ) -> tuple[float, int, int, float | None, bool] | None: ...
 def block_fold(block: list[float], records: list[object], lo: int, hi: int, /) -> bool: ...
 def median_step_ms(records: Iterable[object], /) -> float | None: ...
+def spike_scan(
+    recent: Iterable[object],
+    records: list[object],
+    since: int,
+    ms: float | None,
+    factor: float,
+    keep: int,
+    every: int,
+    least: int,
+    /,
+) -> tuple[list[tuple[int, float]], int, float | None] | None: ...
+def sketch_freeze(
+    sketch: dict[int, int], count: int, gamma: float, /
+) -> tuple[float, float, tuple[tuple[int, int], ...]] | None: ...

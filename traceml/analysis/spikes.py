@@ -76,6 +76,15 @@ def _c_median() -> Callable[[Iterable[StepRecord]], float | None] | None:
 _C_MEDIAN = _c_median()
 
 
+def _c_scan() -> Callable[..., tuple[list[tuple[int, float]], int, float | None] | None] | None:
+    """_fold.c's spike_scan when built and allowed, else None."""
+    c = fold_module()
+    return None if c is None else c.spike_scan
+
+
+_C_SCAN = _c_scan()
+
+
 class Baseline:
     """The rank's typical step, rolling: median ms and mean phase ms of its recent steps."""
 
@@ -117,14 +126,44 @@ class Baseline:
     def is_spike(self, ms: float, factor: float) -> bool:
         return self.ms is not None and ms > factor * self.ms
 
-    def slow(self, rec: StepRecord, factor: float, before: Sequence[StepRecord] = ()) -> SlowStep:
+    def slow(
+        self,
+        rec: StepRecord,
+        factor: float,
+        before: Sequence[StepRecord] = (),
+        ms: float | None = None,
+    ) -> SlowStep:
         """`rec` as a SlowStep, its phase judged against the recent typical steps' phases.
-        `before`: steps of the same batch folded before `rec` but not observed yet."""
+        `before`: steps of the same batch folded before `rec` but not observed yet; `ms`: the
+        median `rec` was judged against, when the Baseline has moved on since (scan)."""
         recent: Iterable[StepRecord] = self._recent
         if before:
             recent = [*self._recent, *before][-BASELINE_STEPS:]
-        typical = [r for r in recent if self.ms is None or r.step_ms <= factor * self.ms]
+        ms = self.ms if ms is None else ms
+        typical = [r for r in recent if ms is None or r.step_ms <= factor * ms]
         return SlowStep(rec.step, rec.step_ms, excess_phase(rec.phases, typical))
+
+    def scan(self, records: list[StepRecord], factor: float) -> list[tuple[int, SlowStep]] | None:
+        """Judge and observe a batch in one C pass (_fold.spike_scan): its spikes as (index,
+        SlowStep), and the Baseline moved past it, as judging chunk by chunk against `steady()`
+        medians finds them (store.RunStore._judge_chunks, the reference). None, the Baseline
+        untouched, without the C build or for step times it declines."""
+        if _C_SCAN is None:
+            return None
+        out = _C_SCAN(
+            self._recent, records, self._since, self.ms, factor,
+            BASELINE_STEPS, BASELINE_EVERY, BASELINE_MIN,
+        )  # fmt: skip
+        if out is None:
+            return None
+        hits, since, ms = out
+        found = [
+            (i, self.slow(records[i], factor, records[max(0, i - BASELINE_STEPS) : i], at))
+            for i, at in hits
+        ]
+        self._recent.extend(records[-BASELINE_STEPS:])
+        self._since, self.ms = since, ms
+        return found
 
 
 def median_step_ms(records: Sequence[StepRecord]) -> float:

@@ -238,14 +238,39 @@ class _Rank:
     def _judge_many(
         self, records: Sequence[StepRecord], start: int, thresholds: Thresholds
     ) -> None:
-        """`_judge` of each record: records between two recomputations of the baseline are
-        judged against the same median, so only spikes (rare) cost a step of Python each."""
+        """`_judge` of each record: the spikes found in one C pass (Baseline.scan) or chunk by
+        chunk (_judge_chunks), then the slowest steps offered."""
         totals = self.spikes.get(start)
         if totals is None:
             totals = self.spikes[start] = SpikeTotals()
-        baseline, factor = self.baseline, thresholds.spike_factor
-        ms = [r.step_ms for r in records]
+        factor = thresholds.spike_factor
+        found = self.baseline.scan(records, factor) if isinstance(records, list) else None
+        if found is None:
+            found = self._judge_chunks(records, factor)
         slow: dict[int, SlowStep] = {}
+        for i, step in found:
+            rec = records[i]
+            slow[rec.step] = step
+            totals.add_spike(rec)
+            self.spike_steps.add(rec.step)
+            self.spike_log.append(step)
+        ms = [r.step_ms for r in records]
+        heap = totals.slowest
+        floor = heap[0][0] if len(heap) >= SLOWEST_KEPT else -math.inf
+        if _above(ms, floor):
+            for rec in records:
+                if rec.step_ms > floor:  # offer() keeps only these; it checks again as it goes
+                    totals.offer(rec, slow.get(rec.step))
+
+    def _judge_chunks(
+        self, records: Sequence[StepRecord], factor: float
+    ) -> list[tuple[int, SlowStep]]:
+        """The spikes of a batch, as (index, SlowStep), the Baseline moved past it: records
+        between two recomputations of its median are judged against the same one, so only
+        spikes (rare) cost a step of Python each. The reference of Baseline.scan (C)."""
+        baseline = self.baseline
+        ms = [r.step_ms for r in records]
+        found: list[tuple[int, SlowStep]] = []
         i, n = 0, len(records)
         while i < n:
             chunk = records[i : i + baseline.steady()]
@@ -253,18 +278,10 @@ class _Rank:
                 limit = factor * baseline.ms
                 for k, rec in enumerate(chunk):
                     if _own_ms(rec) > limit:
-                        slow[rec.step] = step = baseline.slow(rec, factor, chunk[:k])
-                        totals.add_spike(rec)
-                        self.spike_steps.add(rec.step)
-                        self.spike_log.append(step)
+                        found.append((i + k, baseline.slow(rec, factor, chunk[:k])))
             baseline.observe_many(chunk)
             i += len(chunk)
-        heap = totals.slowest
-        floor = heap[0][0] if len(heap) >= SLOWEST_KEPT else -math.inf
-        if _above(ms, floor):
-            for rec in records:
-                if rec.step_ms > floor:  # offer() keeps only these; it checks again as it goes
-                    totals.offer(rec, slow.get(rec.step))
+        return found
 
     def _judge(self, rec: StepRecord, start: int, thresholds: Thresholds) -> None:
         """Judge `rec` against the rolling typical step (before it joins it) and keep it."""
