@@ -67,6 +67,7 @@ def test_a_build_for_another_window_layout_is_not_used(monkeypatch: pytest.Monke
     stale = stale_build(monkeypatch, slots=22, n_phases=len(PHASES))
     assert native.fold_module() is stale, "its record layout and phases are right"
     assert timeline._c_fold() is None
+    assert spikes._c_scan() is None, "a build from before spike_scan: the chunks judge"
 
 
 def test_a_build_for_other_phases_is_not_used(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -77,9 +77,8 @@ _C_MEDIAN = _c_median()
 
 
 def _c_scan() -> Callable[..., tuple[list[tuple[int, float]], int, float | None] | None] | None:
-    """_fold.c's spike_scan when built and allowed, else None."""
-    c = fold_module()
-    return None if c is None else c.spike_scan
+    """_fold.c's spike_scan when built and allowed, else None (also for a build older than it)."""
+    return getattr(fold_module(), "spike_scan", None)
 
 
 _C_SCAN = _c_scan()
