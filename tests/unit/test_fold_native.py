@@ -285,23 +285,48 @@ def test_a_run_folds_to_the_same_summary_either_way(monkeypatch: pytest.MonkeyPa
 
 
 @pytest.mark.parametrize("c_on", [False, True])
+@pytest.mark.parametrize("seed", range(4))
 def test_a_series_of_records_is_the_series_of_their_columns(
-    c_on: bool, monkeypatch: pytest.MonkeyPatch
+    c_on: bool, seed: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """BlockSeries.add_records (C per block, or Python when the C fold is absent or declines)
-    against add_many of the same columns, across halvings."""
+    """BlockSeries.add_records (C for the whole batch, series_fold, or Python block by block when
+    the C fold is absent) against add_many of the same columns, across halvings; batches of
+    every size, some going back before blocks already there."""
     monkeypatch.setattr(stats, "_C", native.fold_module() if c_on else None)
-    rng = random.Random(3)
+    rng = random.Random(seed)
     records = [random_record(s, rng) for s in range(2000)]
+    batches, lo = [], 0
+    while lo < len(records):
+        n = rng.choice([1, 2, 9, 64, 300, 700])
+        batches.append(records[lo : lo + n])
+        lo += n
+    batches.insert(0, [random_record(s, rng) for s in range(1500, 1530, 3)])  # blocks go before
+    batches.insert(len(batches) // 2, [random_record(s, rng) for s in range(3, 40, 2)])
     by_records, by_columns = stats.BlockSeries(3, 8), stats.BlockSeries(3, 8)
-    for lo in range(0, len(records), 300):
-        part = records[lo : lo + 300]
-        steps = [r.step for r in part]
-        by_records.add_records(steps, part)
+    for part in batches:
+        by_records.add_records(part)
         columns = ([r.step_ms for r in part], [r.host_rss_mb for r in part])
-        by_columns.add_many(steps, (*columns, [r.device_allocated_mb for r in part]))
+        by_columns.add_many(
+            [r.step for r in part], (*columns, [r.device_allocated_mb for r in part])
+        )
     assert by_records.stride == by_columns.stride > 1
     assert by_records._blocks == by_columns._blocks
+    assert all(type(v) is float for b in by_records._blocks for v in b)
+
+
+def test_the_c_series_fold_declines_untouched() -> None:
+    c = native.fold_module()
+    assert c is not None
+    good = StepRecord(0, 1, 0.0, 2.0, (1.0,) * len(PHASES))
+    series = stats.BlockSeries(3, 8)
+    series.add_records([good._replace(step=s) for s in range(20)])
+    before = [list(b) for b in series._blocks]
+    odd = [good._replace(step=-5), good._replace(step_ms=math.nan), good._replace(host_rss_mb="x")]
+    for bad in odd:
+        assert c.series_fold(series._blocks, [good._replace(step=30), bad], 0, 2, 4, 8) is None
+    assert c.series_fold(series._blocks, [good], 1, 1, 4, 8) is None  # an empty slice
+    assert c.series_fold(series._blocks, [good], 0, 1, 0, 8) is None  # no stride
+    assert series._blocks == before
 
 
 @pytest.mark.parametrize("seed", range(20))

@@ -3,6 +3,8 @@
  *   timeline_fold  timeline._fold_columns (one window of the run's timeline);
  *   stats_fold     stats.WindowStats.add_many's step total, histogram and phase totals;
  *   block_fold     one block of stats.BlockSeries.add_many;
+ *   series_fold    stats.BlockSeries._add_blocks with block_fold: a batch's blocks, found or
+ *                  made, and folded;
  *   median_step_ms spikes.Baseline's rolling median (every 16 steps, of the last 64);
  *   spike_scan     store._judge_chunks: which steps of a batch are spikes, and the rolling
  *                  median after it;
@@ -451,6 +453,59 @@ stats_fold(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
                          device ? Py_True : Py_False);
 }
 
+/* Whether block_add models records[lo:hi]: StepRecords whose host RSS and device allocated are
+ * None or numbers. */
+static int
+block_records_ok(PyObject *records, Py_ssize_t lo, Py_ssize_t hi)
+{
+    for (Py_ssize_t i = lo; i < hi; i++) {
+        PyObject *rec = PyList_GET_ITEM(records, i);
+        double ms, x;
+        if (!record_ok(rec, &ms)) {
+            return 0;
+        }
+        PyObject *rss = PyTuple_GET_ITEM(rec, F_RSS), *dev = PyTuple_GET_ITEM(rec, F_DEV);
+        if ((rss != Py_None && !as_double(rss, &x)) || (dev != Py_None && !as_double(dev, &x))) {
+            return 0;
+        }
+    }
+    return 1;
+}
+
+/* records[lo:hi] folded into `block` (a list of 9 floats: id, sum of steps, steps, then sum
+ * and count of step ms, host RSS and device allocated), as BlockSeries.add_many adds one
+ * block's slice; the caller has checked the records. -1 with an exception set. */
+static int
+block_add(PyObject *block, PyObject *records, Py_ssize_t lo, Py_ssize_t hi)
+{
+    static const int fields[3] = {F_STEP_MS, F_RSS, F_DEV};
+    double steps = PyFloat_AS_DOUBLE(PyList_GET_ITEM(block, 1));
+    Column ch[3];
+    for (int c = 0; c < 3; c++) {
+        ch[c].sum = PyFloat_AS_DOUBLE(PyList_GET_ITEM(block, 3 + 2 * c));
+        ch[c].n = 0;
+    }
+    for (Py_ssize_t i = lo; i < hi; i++) {
+        PyObject *rec = PyList_GET_ITEM(records, i);
+        double step = 0.0;
+        as_double(PyTuple_GET_ITEM(rec, F_STEP), &step);
+        steps += step;
+        for (int c = 0; c < 3; c++) {
+            add_opt(&ch[c], PyTuple_GET_ITEM(rec, fields[c]));
+        }
+    }
+    if (set_float(block, 1, steps) < 0 || add_count(block, 2, hi - lo) < 0) {
+        return -1;
+    }
+    for (int c = 0; c < 3; c++) {
+        if (ch[c].n > 0 && (set_float(block, 3 + 2 * c, ch[c].sum) < 0 ||
+                            add_count(block, 4 + 2 * c, ch[c].n) < 0)) {
+            return -1;
+        }
+    }
+    return 0;
+}
+
 /* block_fold(block, records, lo, hi) -> bool: stats.BlockSeries' block (a list: id, sum of
  * steps, steps, then sum and count of step ms, host RSS and device allocated) takes
  * records[lo:hi], as BlockSeries.add_many adds one block's slice. False, nothing changed, for
@@ -465,53 +520,123 @@ block_fold(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         return NULL;
     }
     PyObject *block = args[0], *records = args[1];
-    static const int fields[3] = {F_STEP_MS, F_RSS, F_DEV};
     Py_ssize_t lo, hi;
     int ok = slice_of(records, args[2], args[3], &lo, &hi);
     if (ok < 0) {
         return NULL;
     }
-    if (!ok || !floats_list(block, 9)) {
+    if (!ok || !floats_list(block, 9) || !block_records_ok(records, lo, hi)) {
         Py_RETURN_FALSE;
     }
-    double steps = PyFloat_AS_DOUBLE(PyList_GET_ITEM(block, 1));
-    Column ch[3];
-    for (int c = 0; c < 3; c++) {
-        ch[c].sum = PyFloat_AS_DOUBLE(PyList_GET_ITEM(block, 3 + 2 * c));
-        ch[c].n = 0;
-    }
-    for (Py_ssize_t i = lo; i < hi; i++) {
-        PyObject *rec = PyList_GET_ITEM(records, i);
-        double ms, x;
-        if (!record_ok(rec, &ms)) {
-            Py_RETURN_FALSE;
-        }
-        for (int c = 1; c < 3; c++) {
-            PyObject *v = PyTuple_GET_ITEM(rec, fields[c]);
-            if (v != Py_None && !as_double(v, &x)) {
-                Py_RETURN_FALSE;
-            }
-        }
-    }
-    for (Py_ssize_t i = lo; i < hi; i++) {
-        PyObject *rec = PyList_GET_ITEM(records, i);
-        double step;
-        as_double(PyTuple_GET_ITEM(rec, F_STEP), &step);
-        steps += step;
-        for (int c = 0; c < 3; c++) {
-            add_opt(&ch[c], PyTuple_GET_ITEM(rec, fields[c]));
-        }
-    }
-    if (set_float(block, 1, steps) < 0 || add_count(block, 2, hi - lo) < 0) {
+    if (block_add(block, records, lo, hi) < 0) {
         return NULL;
     }
-    for (int c = 0; c < 3; c++) {
-        if (ch[c].n > 0 && (set_float(block, 3 + 2 * c, ch[c].sum) < 0 ||
-                            add_count(block, 4 + 2 * c, ch[c].n) < 0)) {
-            return NULL;
+    Py_RETURN_TRUE;
+}
+
+/* series_fold(blocks, records, lo, hi, stride, capacity) -> int | None
+ *
+ * stats.BlockSeries._add_blocks over records[lo:hi] (ascending steps) with block_fold as its
+ * fold: each run of steps of one block id (step // stride) goes into the block of that id in
+ * `blocks` (sorted by id; a new one, [id, 0.0 ...], is inserted where it belongs). When a new
+ * block makes them more than `capacity`, only the record that opened it is folded and the index
+ * after it is returned: the caller halves the blocks (doubling the stride) and calls again from
+ * there, as _add_blocks halves before its next step. Returns hi when all were folded; None,
+ * nothing changed, for input it does not model (a record block_fold declines, a step that is
+ * not an int >= 0, a block that is not 9 floats, an empty or inverted slice). */
+static PyObject *
+series_fold(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)module;
+    if (nargs != 6 || !PyList_CheckExact(args[0]) || !PyList_Check(args[1]) ||
+        !PyLong_Check(args[2]) || !PyLong_Check(args[3]) || !PyLong_Check(args[4]) ||
+        !PyLong_Check(args[5])) {
+        PyErr_SetString(PyExc_TypeError,
+                        "series_fold(blocks: list, records: list, lo, hi, stride, capacity)");
+        return NULL;
+    }
+    PyObject *blocks = args[0], *records = args[1];
+    Py_ssize_t lo, hi;
+    int ok = slice_of(records, args[2], args[3], &lo, &hi);
+    long long stride = PyLong_AsLongLong(args[4]);
+    Py_ssize_t capacity = PyLong_AsSsize_t(args[5]);
+    if (ok < 0 || PyErr_Occurred()) {
+        return NULL;
+    }
+    if (!ok || stride < 1) {
+        Py_RETURN_NONE;
+    }
+    Py_ssize_t nb = PyList_GET_SIZE(blocks);
+    for (Py_ssize_t b = 0; b < nb; b++) {
+        if (!floats_list(PyList_GET_ITEM(blocks, b), 9)) {
+            Py_RETURN_NONE;
         }
     }
-    Py_RETURN_TRUE;
+    if (!block_records_ok(records, lo, hi)) {
+        Py_RETURN_NONE;
+    }
+    for (Py_ssize_t i = lo; i < hi; i++) { /* record_ok checked they are ints */
+        long long step = PyLong_AsLongLong(PyTuple_GET_ITEM(PyList_GET_ITEM(records, i), F_STEP));
+        if (step == -1 && PyErr_Occurred()) {
+            PyErr_Clear();
+            Py_RETURN_NONE;
+        }
+        if (step < 0) {
+            Py_RETURN_NONE;
+        }
+    }
+    Py_ssize_t i = lo;
+    while (i < hi) {
+        long long bid = PyLong_AsLongLong(PyTuple_GET_ITEM(PyList_GET_ITEM(records, i), F_STEP)) /
+                        stride;
+        Py_ssize_t j = i + 1;
+        while (j < hi &&
+               PyLong_AsLongLong(PyTuple_GET_ITEM(PyList_GET_ITEM(records, j), F_STEP)) / stride ==
+                   bid) {
+            j++;
+        }
+        /* BlockSeries._block: from the end, the block of this id or where it goes */
+        Py_ssize_t pos = PyList_GET_SIZE(blocks);
+        while (pos > 0 &&
+               PyFloat_AS_DOUBLE(PyList_GET_ITEM(PyList_GET_ITEM(blocks, pos - 1), 0)) > (double)bid) {
+            pos--;
+        }
+        PyObject *block;
+        if (pos > 0 &&
+            PyFloat_AS_DOUBLE(PyList_GET_ITEM(PyList_GET_ITEM(blocks, pos - 1), 0)) == (double)bid) {
+            block = PyList_GET_ITEM(blocks, pos - 1);
+        } else {
+            block = PyList_New(9);
+            if (block == NULL) {
+                return NULL;
+            }
+            for (Py_ssize_t k = 0; k < 9; k++) {
+                PyObject *f = PyFloat_FromDouble(k == 0 ? (double)bid : 0.0);
+                if (f == NULL) {
+                    Py_DECREF(block);
+                    return NULL;
+                }
+                PyList_SET_ITEM(block, k, f);
+            }
+            int inserted = PyList_Insert(blocks, pos, block);
+            Py_DECREF(block); /* the list holds it */
+            if (inserted < 0) {
+                return NULL;
+            }
+        }
+        int over = PyList_GET_SIZE(blocks) > capacity;
+        if (over) {
+            j = i + 1;
+        }
+        if (block_add(block, records, i, j) < 0) {
+            return NULL;
+        }
+        if (over) {
+            return PyLong_FromSsize_t(j);
+        }
+        i = j;
+    }
+    return PyLong_FromSsize_t(hi);
 }
 
 static int
@@ -892,6 +1017,9 @@ static PyMethodDef module_methods[] = {
      "WindowStats.add_many's step total, histogram and phase totals over records[lo:hi]."},
     {"block_fold", (PyCFunction)(void (*)(void))block_fold, METH_FASTCALL,
      "One BlockSeries block's share of records[lo:hi], as BlockSeries.add_many adds it."},
+    {"series_fold", (PyCFunction)(void (*)(void))series_fold, METH_FASTCALL,
+     "BlockSeries._add_blocks over records[lo:hi] with block_fold: the index it stopped at (hi, "
+     "or after a block too many, to halve); None to decline."},
     {"median_step_ms", median_step_ms, METH_O,
      "The median step_ms of the records, as spikes.Baseline computes it; None to decline."},
     {"spike_scan", (PyCFunction)(void (*)(void))spike_scan, METH_FASTCALL,

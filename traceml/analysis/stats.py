@@ -300,10 +300,27 @@ class BlockSeries:
 
         self._add_blocks(steps, fold)
 
-    def add_records(self, steps: list[int], records: list[StepRecord]) -> None:
-        """`add_many(steps, (step ms, host RSS, device allocated))` of `records` (a width-3
-        series, as WindowStats keeps), each block's share folded in C when it is built."""
+    def add_records(self, records: list[StepRecord]) -> None:
+        """`add_many(steps, (step ms, host RSS, device allocated))` of `records` (ascending
+        steps; a width-3 series, as WindowStats keeps). In C when it is built: the whole batch
+        in one call (series_fold), back here only to halve; else block by block, each block's
+        share in C (block_fold) where it takes it. A series of 256 blocks of a short segment
+        takes a 0.4 ms loop's tick in tens of blocks, so one Python call per block counted."""
+        lo, n = 0, len(records)
+        series_fold = getattr(_C, "series_fold", None) if self.width == 3 else None
+        while series_fold is not None and lo < n:
+            got = series_fold(self._blocks, records, lo, n, self.stride, self.capacity)
+            if got is None:  # declined, nothing changed: the rest goes block by block
+                break
+            if len(self._blocks) > self.capacity:
+                self._halve()
+            lo = got
+        if lo < n:
+            self._add_records_by_block(records[lo:] if lo else records)
+
+    def _add_records_by_block(self, records: list[StepRecord]) -> None:
         c_fold = _C.block_fold if _C is not None else None
+        steps = [r.step for r in records]
 
         def fold(block: list[float], i: int, j: int) -> None:
             if c_fold is None or not c_fold(block, records, i, j):
@@ -493,7 +510,7 @@ class WindowStats:
         self.count += n
         hist.count += n
         hist._zeros += zeros
-        self.series.add_records([r.step for r in records], records)
+        self.series.add_records(records)
         self.host_rss_peak_mb = max_opt(self.host_rss_peak_mb, rss_peak)
         if device:
             self._add_device_peaks(
