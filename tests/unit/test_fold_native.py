@@ -14,6 +14,7 @@ import sys
 import types
 from collections import deque
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 
@@ -321,7 +322,9 @@ def test_the_c_series_fold_declines_untouched() -> None:
     series = stats.BlockSeries(3, 8)
     series.add_records([good._replace(step=s) for s in range(20)])
     before = [list(b) for b in series._blocks]
-    odd = [good._replace(step=-5), good._replace(step_ms=math.nan), good._replace(host_rss_mb="x")]
+    not_a_number: Any = "x"
+    odd = [good._replace(step=-5), good._replace(step_ms=math.nan)]
+    odd.append(good._replace(host_rss_mb=not_a_number))
     for bad in odd:
         assert c.series_fold(series._blocks, [good._replace(step=30), bad], 0, 2, 4, 8) is None
     assert c.series_fold(series._blocks, [good], 1, 1, 4, 8) is None  # an empty slice
