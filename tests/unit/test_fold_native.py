@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from tests.unit._sketches import random_sketch
-from traceml.analysis import native, spikes, stats, timeline
+from traceml.analysis import batch, native, spikes, stats, timeline
 from traceml.analysis.stats import PhaseTotals, WindowStats
 from traceml.analysis.store import RunStore
 from traceml.analysis.timeline import Timeline
@@ -44,7 +44,7 @@ def test_a_build_that_reads_records_elsewhere_is_not_used(
 ) -> None:
     """A .so built for another StepRecord layout would fold the wrong fields."""
     real = native.fold_module()
-    assert real is not None and real.RECORD_LAYOUT[0] == ("step", 1)
+    assert real is not None and ("step", 1) in real.RECORD_LAYOUT
     for layout in ((("step", 2),), (("step_ms", 40),), ()):
         stale = types.ModuleType("traceml.analysis._fold")
         stale.RECORD_LAYOUT = layout  # type: ignore[attr-defined]
@@ -272,8 +272,11 @@ def test_a_run_folds_to_the_same_summary_either_way(monkeypatch: pytest.MonkeyPa
     records = [random_record(s, rng) for s in range(20_000)]
     for r in rng.sample(range(20_000), 40):  # spikes
         records[r] = records[r]._replace(step_ms=records[r].step_ms * 20 + 50)
+    for r in rng.sample(range(20_000), 200):  # held by TraceML's work, or waiting on all-reduce
+        records[r] = records[r]._replace(held_ms=0.3, comm_wait_ms=rng.choice([None, 0.7]))
     seen = []
     for on in (False, True):
+        monkeypatch.setattr(batch, "_C_FACTS", batch._C_FACTS if on else None)
         monkeypatch.setattr(stats, "_C", native.fold_module() if on else None)
         monkeypatch.setattr(timeline, "_C_FOLD", c_fold if on else None)
         monkeypatch.setattr(spikes, "_C_SCAN", spikes._c_scan() if on else None)
@@ -395,27 +398,68 @@ def test_the_c_spike_scan_finds_what_the_chunks_find(
     by_c, by_python = RunStore(), RunStore()
     b_c, b_py = by_c._rank(0).baseline, by_python._rank(0).baseline
     found = 0
-    for batch in spiky_batches(rng, 3000):
-        scanned = b_c.scan(batch, factor)
+    for part in spiky_batches(rng, 3000):
+        scanned = b_c.scan(part, factor)
         assert scanned is not None
-        assert scanned == by_python._rank(0)._judge_chunks(batch, factor)
+        assert scanned[0] == by_python._rank(0)._judge_chunks(part, factor)
+        assert scanned[1] == max(r.step_ms for r in part)
         assert baseline_state(b_c) == baseline_state(b_py)
-        found += len(scanned)
+        found += len(scanned[0])
     assert found > 20  # spikes were there to find
 
 
 def test_the_c_spike_scan_declines_untouched() -> None:
     good = StepRecord(0, 1, 0.0, 2.0, (1.0,) * len(PHASES))
     baseline = spikes.Baseline()
-    assert baseline.scan([good._replace(step=s) for s in range(20)], 3.0) == []
+    assert baseline.scan([good._replace(step=s) for s in range(20)], 3.0) == ([], 2.0)
     before = baseline_state(baseline)
     odd_records = [good._replace(step_ms=odd) for odd in (math.nan, math.inf, -0.0, 3)]
     odd_records.append(good._replace(held_ms=1))
     for odd in odd_records:
         assert baseline.scan([good, odd], 3.0) is None
         assert baseline_state(baseline) == before
+    assert baseline.scan([], 3.0) is None
     baseline._recent.append(odd_records[0])  # a NaN already in the window: declined too
     assert baseline.scan([good], 3.0) is None
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_the_c_batch_facts_are_the_python_ones(seed: int) -> None:
+    c_facts = batch._C_FACTS
+    assert c_facts is not None
+    rng = random.Random(seed)
+    for _ in range(200):
+        n = rng.choice([1, 2, 5, 64, 130])
+        first = rng.choice([0, 1, 63, 64, 1000, -70])
+        steps = list(range(first, first + n))
+        if rng.random() < 0.3 and n > 1:  # late, repeated or unordered
+            i, j = rng.randrange(n), rng.randrange(n)
+            steps[i] = steps[j]
+        ranks = [0] * n if rng.random() < 0.7 else [rng.choice([0, 1]) for _ in range(n)]
+        records = [
+            random_record(s, rng)._replace(
+                rank=r,
+                held_ms=rng.choice([None, None, None, 0.5]),
+                comm_wait_ms=rng.choice([None] * 20 + [1.0]),
+            )
+            for s, r in zip(steps, ranks, strict=True)
+        ]
+        mask = rng.choice([0, 63, 1023])
+        assert batch.BatchFacts(*c_facts(records, mask)) == batch.batch_facts(records, mask)
+
+
+def test_the_c_batch_facts_decline_what_they_do_not_model() -> None:
+    c_facts = batch._C_FACTS
+    assert c_facts is not None
+    good = StepRecord(0, 1, 0.0, 2.0, (1.0,) * len(PHASES))
+    a_float: Any = 1.0
+    no_rank: Any = None
+    odd: list[Any] = [good._replace(step=a_float), good._replace(rank=no_rank), good[:5]]
+    odd.append(good._replace(step=2**70))
+    for rec in odd:
+        assert c_facts([good, rec], 63) is None
+    assert c_facts([], 63) is None
+    assert batch.facts_of([good, odd[3]], 63).due == 2**70  # Python answers instead
 
 
 def _python_freeze(sketch: dict[int, int], count: int) -> tuple[float, float, tuple[object, ...]]:

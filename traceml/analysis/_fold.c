@@ -8,7 +8,8 @@
  *   median_step_ms spikes.Baseline's rolling median (every 16 steps, of the last 64);
  *   spike_scan     store._judge_chunks: which steps of a batch are spikes, and the rolling
  *                  median after it;
- *   sketch_freeze  timeline.SortedSketch's p50, p95 and sorted buckets, as a window freezes.
+ *   sketch_freeze  timeline.SortedSketch's p50, p95 and sorted buckets, as a window freezes;
+ *   batch_facts    batch.batch_facts: what the store asks of a batch before folding it.
  *
  * Why C: every step a rank runs is folded on its tx thread, and every step of every rank in a
  * viewer. Column by column in Python these cost 1.7 us a step (benchmarks/fold.py), and 2-3x
@@ -31,7 +32,9 @@
 #define F_STEP_MS 3
 #define F_PHASES 4
 #define F_RSS 6
+#define F_RANK 0
 #define F_DEV 7
+#define F_COMM 10
 #define F_HELD 11
 #define RECORD_FIELDS 10 /* at least these: rank .. device_peak_mb */
 
@@ -760,7 +763,7 @@ ring_median(const double *ring, Py_ssize_t keep, Py_ssize_t head, Py_ssize_t n, 
 #define SCAN_KEEP_MAX 512 /* the most values a window holds (Baseline's: 64) */
 
 /* spike_scan(recent, records, since, ms, factor, keep, every, least)
- *   -> ([(index, median), ...], since, ms) | None
+ *   -> ([(index, median), ...], since, ms, top) | None
  *
  * store.RunStore._judge_chunks and spikes.Baseline in one pass over a batch: records go in
  * chunks that end where the rolling median is recomputed (Baseline.steady); a record is a spike
@@ -768,10 +771,11 @@ ring_median(const double *ring, Py_ssize_t keep, Py_ssize_t head, Py_ssize_t n, 
  * looked at when some step time of the chunk is above it, as _above lets through); after each
  * chunk the window (the last `keep` step times, `recent` first) takes the chunk, and the median
  * is recomputed once `every` steps were observed, or once `least` were while there is none.
- * Returns each spike's index in `records` with the median it was judged against, and the
- * Baseline's `_since` and `ms` after the batch; the caller updates the Baseline. None, with
- * nothing read changed, for what it does not model: a step time that is not a finite float (or
- * is -0.0), a held_ms that is neither None nor a float, a `records` that is not a list. */
+ * Returns each spike's index in `records` with the median it was judged against, the
+ * Baseline's `_since` and `ms` after the batch (the caller updates the Baseline) and the
+ * batch's largest step time. None, with nothing read changed, for what it does not model: a
+ * step time that is not a finite float (or is -0.0), a held_ms that is neither None nor a
+ * float, a `records` that is not a non-empty list. */
 static PyObject *
 spike_scan(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
@@ -822,13 +826,15 @@ spike_scan(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         return NULL;
     }
     Py_ssize_t total = PyList_GET_SIZE(records);
+    double top = -INFINITY;
     for (Py_ssize_t i = 0; ok && i < total; i++) {
         double v;
         PyObject *r = PyList_GET_ITEM(records, i);
         ok = scan_ms(r, F_HELD + 1, &v) &&
              (PyTuple_GET_ITEM(r, F_HELD) == Py_None || PyFloat_Check(PyTuple_GET_ITEM(r, F_HELD)));
+        top = ok && v > top ? v : top;
     }
-    if (!ok) {
+    if (!ok || total == 0) {
         Py_RETURN_NONE;
     }
 
@@ -888,9 +894,9 @@ spike_scan(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         i = end;
     }
     if (have_ms) {
-        return Py_BuildValue("(Nnd)", hits, since, ms);
+        return Py_BuildValue("(Nndd)", hits, since, ms, top);
     }
-    return Py_BuildValue("(NnO)", hits, since, Py_None);
+    return Py_BuildValue("(NnOd)", hits, since, Py_None, top);
 }
 
 typedef struct {
@@ -1009,6 +1015,59 @@ sketch_freeze(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     return out;
 }
 
+/* batch_facts(records, mask) -> (rank, ascending, held, comm, due) | None: batch.batch_facts of
+ * a non-empty list of StepRecords in one pass. None for what it does not model: an empty list,
+ * a record that is not a tuple of every StepRecord field, a rank or step that is not an int (in
+ * a C long long). */
+static PyObject *
+batch_facts(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)module;
+    if (nargs != 2 || !PyList_Check(args[0]) || !PyLong_Check(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "batch_facts(records: list, mask: int)");
+        return NULL;
+    }
+    PyObject *records = args[0];
+    long long mask = PyLong_AsLongLong(args[1]);
+    if (mask == -1 && PyErr_Occurred()) {
+        return NULL;
+    }
+    Py_ssize_t n = PyList_GET_SIZE(records), held = 0;
+    long long rank = 0, prev = 0, due = -1;
+    int same = 1, ascending = 1, comm = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *rec = PyList_GET_ITEM(records, i);
+        if (!PyTuple_Check(rec) || PyTuple_GET_SIZE(rec) <= F_HELD ||
+            !PyLong_Check(PyTuple_GET_ITEM(rec, F_RANK)) ||
+            !PyLong_Check(PyTuple_GET_ITEM(rec, F_STEP))) {
+            Py_RETURN_NONE;
+        }
+        long long r = PyLong_AsLongLong(PyTuple_GET_ITEM(rec, F_RANK));
+        long long step = PyLong_AsLongLong(PyTuple_GET_ITEM(rec, F_STEP));
+        if (PyErr_Occurred()) { /* an int beyond long long */
+            PyErr_Clear();
+            Py_RETURN_NONE;
+        }
+        if (i == 0) {
+            rank = r;
+        } else {
+            same = same && r == rank;
+            ascending = ascending && step > prev;
+        }
+        prev = step;
+        if (!(step & mask)) {
+            due = step;
+        }
+        held += PyTuple_GET_ITEM(rec, F_HELD) != Py_None;
+        comm = comm || PyTuple_GET_ITEM(rec, F_COMM) != Py_None;
+    }
+    if (n == 0) {
+        Py_RETURN_NONE;
+    }
+    return Py_BuildValue("(LNnNL)", same ? rank : -1LL, PyBool_FromLong(ascending), held,
+                         PyBool_FromLong(comm), due);
+}
+
 static PyMethodDef module_methods[] = {
     {"timeline_fold", (PyCFunction)(void (*)(void))timeline_fold, METH_FASTCALL,
      "Fold records[lo:hi] (one window's, ascending or not) into the window's nums and sketch, "
@@ -1024,6 +1083,9 @@ static PyMethodDef module_methods[] = {
      "The median step_ms of the records, as spikes.Baseline computes it; None to decline."},
     {"spike_scan", (PyCFunction)(void (*)(void))spike_scan, METH_FASTCALL,
      "Spikes of a batch and the rolling median after it, as RunStore._judge_chunks finds them; "
+     "None to decline."},
+    {"batch_facts", (PyCFunction)(void (*)(void))batch_facts, METH_FASTCALL,
+     "(rank or -1, ascending, held, comm, due) of a batch of StepRecords, as batch.batch_facts; "
      "None to decline."},
     {"sketch_freeze", (PyCFunction)(void (*)(void))sketch_freeze, METH_FASTCALL,
      "(p50, p95, sorted (key, count) pairs) of a timeline sketch; None to decline."},
@@ -1047,9 +1109,10 @@ PyInit__fold(void)
     }
     /* Where the folds read a StepRecord's fields: native.py compares it with records.py's. */
     PyObject *layout = Py_BuildValue(
-        "((si)(si)(si)(si)(si)(si)(si)(si))", "step", F_STEP, "step_ms", F_STEP_MS, "phases",
-        F_PHASES, "host_rss_mb", F_RSS, "device_allocated_mb", F_DEV, "device_reserved_mb",
-        F_DEV + 1, "device_peak_mb", F_DEV + 2, "held_ms", F_HELD);
+        "((si)(si)(si)(si)(si)(si)(si)(si)(si)(si))", "rank", F_RANK, "step", F_STEP, "step_ms",
+        F_STEP_MS, "phases", F_PHASES, "host_rss_mb", F_RSS, "device_allocated_mb", F_DEV,
+        "device_reserved_mb", F_DEV + 1, "device_peak_mb", F_DEV + 2, "comm_wait_ms", F_COMM,
+        "held_ms", F_HELD);
     if (layout == NULL || PyModule_AddObject(m, "RECORD_LAYOUT", layout) < 0) {
         Py_XDECREF(layout);
         Py_DECREF(m);

@@ -76,7 +76,9 @@ def _c_median() -> Callable[[Iterable[StepRecord]], float | None] | None:
 _C_MEDIAN = _c_median()
 
 
-def _c_scan() -> Callable[..., tuple[list[tuple[int, float]], int, float | None] | None] | None:
+def _c_scan() -> (
+    Callable[..., tuple[list[tuple[int, float]], int, float | None, float] | None] | None
+):
     """_fold.c's spike_scan when built and allowed, else None (also for a build older than it)."""
     return getattr(fold_module(), "spike_scan", None)
 
@@ -142,11 +144,14 @@ class Baseline:
         typical = [r for r in recent if ms is None or r.step_ms <= factor * ms]
         return SlowStep(rec.step, rec.step_ms, excess_phase(rec.phases, typical))
 
-    def scan(self, records: list[StepRecord], factor: float) -> list[tuple[int, SlowStep]] | None:
+    def scan(
+        self, records: list[StepRecord], factor: float
+    ) -> tuple[list[tuple[int, SlowStep]], float] | None:
         """Judge and observe a batch in one C pass (_fold.spike_scan): its spikes as (index,
-        SlowStep), and the Baseline moved past it, as judging chunk by chunk against `steady()`
-        medians finds them (store.RunStore._judge_chunks, the reference). None, the Baseline
-        untouched, without the C build or for step times it declines."""
+        SlowStep), as judging chunk by chunk against `steady()` medians finds them
+        (store._Rank._judge_chunks, the reference), and its largest step time; the Baseline
+        moved past it. None, the Baseline untouched, without the C build or for step times it
+        declines."""
         if _C_SCAN is None:
             return None
         out = _C_SCAN(
@@ -155,14 +160,14 @@ class Baseline:
         )  # fmt: skip
         if out is None:
             return None
-        hits, since, ms = out
+        hits, since, ms, top = out
         found = [
             (i, self.slow(records[i], factor, records[max(0, i - BASELINE_STEPS) : i], at))
             for i, at in hits
         ]
         self._recent.extend(records[-BASELINE_STEPS:])
         self._since, self.ms = since, ms
-        return found
+        return found, top
 
 
 def median_step_ms(records: Sequence[StepRecord]) -> float:

@@ -27,6 +27,7 @@ import threading
 from collections import deque
 from typing import TYPE_CHECKING, Any
 
+from traceml.analysis.batch import BatchFacts, facts_of
 from traceml.analysis.comm import CommTotals
 from traceml.analysis.spikes import (
     LOG_KEPT,
@@ -179,55 +180,64 @@ class _Rank:
         if not rec.step & PRUNE_EVERY_MASK:
             self._prune(warmup_target(self.total_steps, thresholds))
 
-    def add_many(self, records: Sequence[StepRecord], thresholds: Thresholds) -> None:
+    def add_many(
+        self,
+        records: Sequence[StepRecord],
+        thresholds: Thresholds,
+        facts: BatchFacts | None = None,
+    ) -> None:
         """`add` of each record, for the common batch (new steps, ascending), column by column.
 
         A rank folds every step it runs, and a viewer every step of every rank: one record at a
         time that cost 5-6 µs of Python per step. This path gives the same state (same floats,
         same spikes, same slowest steps) several times cheaper; any other batch (late, repeated
-        or unordered steps) goes through `add` one record at a time.
+        or unordered steps) goes through `add` one record at a time. `facts`: the batch's, when
+        the caller has them already.
         """
-        steps = [r.step for r in records]
-        if (
-            len(steps) < BATCH_MIN
-            or steps[0] <= self.last_step
-            or not all(map(operator.lt, steps, steps[1:]))
-        ):
+        if len(records) < BATCH_MIN:
             for rec in records:
                 self.add(rec, thresholds)
             return
-        self._push_many(records, steps)
-        held = [r.held_ms for r in records if r.held_ms is not None]
-        if held:
+        facts = facts or facts_of(records, PRUNE_EVERY_MASK)
+        first = records[0].step
+        if first <= self.last_step or not facts.ascending:
+            for rec in records:
+                self.add(rec, thresholds)
+            return
+        self._push_many(records)
+        if facts.held:
+            held = [r.held_ms for r in records if r.held_ms is not None]
             self.held_steps += len(held)
             self.held_ms += sum(held)
-        if steps[0] > self.covered:
+        if first > self.covered:
             self.timeline.extend(records)
         else:
             self.timeline.extend(r for r in records if r.step > self.covered)
         self.version += 1
-        self.last_step = steps[-1]
+        self.last_step = records[-1].step
         starts, i, n = self.starts, 0, len(records)
         while i < n:
-            at = bisect.bisect_right(starts, steps[i]) - 1
-            j = bisect.bisect_left(steps, starts[at + 1], i, n) if at + 1 < len(starts) else n
-            self._fold_segment(starts[at], records[i:j], thresholds)
+            at = bisect.bisect_right(starts, records[i].step) - 1
+            j = n
+            if at + 1 < len(starts):
+                j = bisect.bisect_left(records, starts[at + 1], i, n, key=_STEP)
+            self._fold_segment(starts[at], records[i:j], thresholds, facts.comm)
             i = j
-        due = [s for s in steps if not s & PRUNE_EVERY_MASK]
-        if due:  # the last prune of the batch (the cut never moves back: it covers the others)
+        if facts.due >= 0:  # the batch's last prune (the cut never moves back: it covers the rest)
             ended = self.end.steps if self.end is not None else 0
-            self._prune(warmup_target(max(due[-1] + 1, ended), thresholds))
+            self._prune(warmup_target(max(facts.due + 1, ended), thresholds))
 
     def _fold_segment(
-        self, start: int, records: Sequence[StepRecord], thresholds: Thresholds
+        self, start: int, records: Sequence[StepRecord], thresholds: Thresholds, comm_seen: bool
     ) -> None:
-        """Records of one warm-up segment: its stats, spikes and comm totals."""
+        """Records of one warm-up segment: its stats, spikes and (`comm_seen`: some records of
+        the batch measured the all-reduce wait) comm totals."""
         segment = self.segments.get(start)
         if segment is None:
             segment = self.segments[start] = WindowStats(start)
         segment.add_many(records)
         self._judge_many(records, start, thresholds)
-        comm = [r for r in records if r.comm_wait_ms is not None]
+        comm = [r for r in records if r.comm_wait_ms is not None] if comm_seen else None
         if comm:
             totals = self.comm.get(start)
             if totals is None:
@@ -244,9 +254,8 @@ class _Rank:
         if totals is None:
             totals = self.spikes[start] = SpikeTotals()
         factor = thresholds.spike_factor
-        found = self.baseline.scan(records, factor) if isinstance(records, list) else None
-        if found is None:
-            found = self._judge_chunks(records, factor)
+        scanned = self.baseline.scan(records, factor) if isinstance(records, list) else None
+        found, top = scanned or (self._judge_chunks(records, factor), None)
         slow: dict[int, SlowStep] = {}
         for i, step in found:
             rec = records[i]
@@ -254,10 +263,9 @@ class _Rank:
             totals.add_spike(rec)
             self.spike_steps.add(rec.step)
             self.spike_log.append(step)
-        ms = [r.step_ms for r in records]
         heap = totals.slowest
         floor = heap[0][0] if len(heap) >= SLOWEST_KEPT else -math.inf
-        if _above(ms, floor):
+        if top > floor if top is not None else _above([r.step_ms for r in records], floor):
             for rec in records:
                 if rec.step_ms > floor:  # offer() keeps only these; it checks again as it goes
                     totals.offer(rec, slow.get(rec.step))
@@ -338,7 +346,7 @@ class _Rank:
         else:
             bisect.insort(ring, rec, key=_STEP)
 
-    def _push_many(self, records: Sequence[StepRecord], steps: list[int]) -> None:
+    def _push_many(self, records: Sequence[StepRecord]) -> None:
         """`_push` of new, ascending records: the bounded deque drops the oldest in C, and the
         highest step it drops is read before (a per-step set of ring steps cost more than the
         rest of the ring's work)."""
@@ -346,7 +354,7 @@ class _Rank:
         extra = len(ring) + len(records) - self.history
         if extra > 0:
             kept = len(ring)
-            self._evicted(ring[extra - 1].step if extra <= kept else steps[extra - kept - 1])
+            self._evicted((ring[extra - 1] if extra <= kept else records[extra - kept - 1]).step)
         ring.extend(records)
 
     def _evicted(self, step: int) -> None:
@@ -546,9 +554,9 @@ class RunStore:
         if not records:
             return
         with self._lock:
-            rank = records[0].rank
-            if all(map(operator.eq, map(_RANK, records), itertools.repeat(rank))):  # C speed
-                self._rank(rank).add_many(records, self.thresholds)
+            facts = facts_of(records, PRUNE_EVERY_MASK)
+            if facts.rank >= 0:  # one rank's (the usual batch)
+                self._rank(records[0].rank).add_many(records, self.thresholds, facts)
                 return
             for rank, group in itertools.groupby(records, key=_RANK):
                 self._rank(rank).add_many(list(group), self.thresholds)

@@ -23,6 +23,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 
+from traceml.analysis.batch import facts_of
 from traceml.analysis.native import fold_module
 from traceml.errors import SchemaError
 from traceml.records import PHASES
@@ -65,6 +66,7 @@ def _c_fold() -> Callable[..., bool] | None:
 
 
 _C_FOLD = _c_fold()
+_STEP = operator.attrgetter("step")
 _Frozen = tuple[float, float, tuple[tuple[int, int], ...]]
 """A sketch's p50, p95 and its (bucket, count) pairs in bucket order."""
 _C_FREEZE: Callable[[dict[int, int], int, float], _Frozen | None] | None
@@ -322,8 +324,8 @@ class _Columns:
 
     __slots__ = ("dev", "ms", "phases", "rss", "steps")
 
-    def __init__(self, records: Sequence[StepRecord], steps: list[int] | None = None) -> None:
-        self.steps = steps if steps is not None else [r.step for r in records]
+    def __init__(self, records: Sequence[StepRecord]) -> None:
+        self.steps = [r.step for r in records]
         self.ms = [r.step_ms for r in records]
         self.phases = list(zip(*(r.phases for r in records), strict=True))
         self.rss = [r.host_rss_mb for r in records]
@@ -387,18 +389,18 @@ class Timeline:
         pending, self._pending = self._pending, []
         if not pending:
             return
-        steps = [r.step for r in pending]
-        if not all(map(operator.lt, steps, steps[1:])):  # late or repeated steps: rare
+        if not facts_of(pending, 0).ascending:  # late or repeated steps: rare
             for _, group in itertools.groupby(pending, key=lambda r: r.step // self.stride):
                 records = list(group)
                 self._fold(records, 0, len(records), None)
                 if len(self._open) > self.capacity:
                     self._halve()
             return
-        columns = None if _C_FOLD is not None else _Columns(pending, steps)
+        columns = None if _C_FOLD is not None else _Columns(pending)
         i, n = 0, len(pending)
         while i < n:  # each window folds a slice of the records (the columns are taken once)
-            j = bisect.bisect_left(steps, (steps[i] // self.stride + 1) * self.stride, i, n)
+            end = (pending[i].step // self.stride + 1) * self.stride  # a halving doubles stride
+            j = bisect.bisect_left(pending, end, i, n, key=_STEP)
             self._fold(pending, i, j, columns)
             if len(self._open) > self.capacity:
                 self._halve()
