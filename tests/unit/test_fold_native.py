@@ -423,6 +423,33 @@ def test_the_c_spike_scan_declines_untouched() -> None:
     assert baseline.scan([good], 3.0) is None
 
 
+def test_decoded_frames_take_the_c_folds(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A viewer or the job collector folds frames decoded as tuples: they go through the same C
+    parts as a rank's lists (they went to Python, 1.6 against 0.45 µs a record), same state."""
+    called: list[str] = []
+
+    def spy(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+        def wrapped(*args: Any) -> Any:
+            called.append(name)
+            return fn(*args)
+
+        return wrapped
+
+    assert batch._C_FACTS is not None and spikes._C_SCAN is not None and stats._C is not None
+    monkeypatch.setattr(batch, "_C_FACTS", spy("facts", batch._C_FACTS))
+    monkeypatch.setattr(spikes, "_C_SCAN", spy("scan", spikes._C_SCAN))
+    rng = random.Random(2)
+    records = [random_record(s, rng)._replace(step_ms=rng.uniform(1, 2)) for s in range(600)]
+    as_tuples, as_lists = RunStore(), RunStore()
+    for lo in range(0, 600, 200):
+        as_tuples.add_steps(tuple(records[lo : lo + 200]))
+    by_tuples, called[:] = list(called), []
+    for lo in range(0, 600, 200):
+        as_lists.add_steps(records[lo : lo + 200])
+    assert by_tuples == called and "facts" in called and "scan" in called
+    assert as_tuples.summary_view() == as_lists.summary_view()
+
+
 @pytest.mark.parametrize("seed", range(10))
 def test_the_c_batch_facts_are_the_python_ones(seed: int) -> None:
     c_facts = batch._C_FACTS

@@ -553,6 +553,8 @@ class RunStore:
         """Fold step records of any ranks, in any order; a repeated (rank, step) is ignored."""
         if not records:
             return
+        if not isinstance(records, list):  # decoded frames are tuples: the C folds take lists
+            records = list(records)
         with self._lock:
             facts = facts_of(records, PRUNE_EVERY_MASK)
             if facts.rank >= 0:  # one rank's (the usual batch)
