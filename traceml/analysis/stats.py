@@ -304,8 +304,9 @@ class BlockSeries:
         """`add_many(steps, (step ms, host RSS, device allocated))` of `records` (ascending
         steps; a width-3 series, as WindowStats keeps). In C when it is built: the whole batch
         in one call (series_fold), back here only to halve; else block by block, each block's
-        share in C (block_fold) where it takes it. A series of 256 blocks of a short segment
-        takes a 0.4 ms loop's tick in tens of blocks, so one Python call per block counted."""
+        share in C (block_fold) where it takes it. A fresh warm-up segment's series has a
+        small stride, so a 0.4 ms loop's tick spans tens of its blocks: one Python call per
+        block was a sixth of a rank's fold."""
         lo, n = 0, len(records)
         series_fold = getattr(_C, "series_fold", None) if self.width == 3 else None
         while series_fold is not None and lo < n:

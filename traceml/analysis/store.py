@@ -265,7 +265,8 @@ class _Rank:
             self.spike_log.append(step)
         heap = totals.slowest
         floor = heap[0][0] if len(heap) >= SLOWEST_KEPT else -math.inf
-        if top > floor if top is not None else _above([r.step_ms for r in records], floor):
+        above = top > floor if top is not None else _above([r.step_ms for r in records], floor)
+        if above:
             for rec in records:
                 if rec.step_ms > floor:  # offer() keeps only these; it checks again as it goes
                     totals.offer(rec, slow.get(rec.step))
