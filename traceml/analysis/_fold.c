@@ -456,6 +456,25 @@ stats_fold(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
                          device ? Py_True : Py_False);
 }
 
+/* Fields of records[k] and of blocks[b] that the callers have checked (ints, floats). */
+static double
+rec_ms(PyObject *records, Py_ssize_t k)
+{
+    return PyFloat_AS_DOUBLE(PyTuple_GET_ITEM(PyList_GET_ITEM(records, k), F_STEP_MS));
+}
+
+static long long
+rec_step(PyObject *records, Py_ssize_t k)
+{
+    return PyLong_AsLongLong(PyTuple_GET_ITEM(PyList_GET_ITEM(records, k), F_STEP));
+}
+
+static double
+block_id(PyObject *blocks, Py_ssize_t b)
+{
+    return PyFloat_AS_DOUBLE(PyList_GET_ITEM(PyList_GET_ITEM(blocks, b), 0));
+}
+
 /* Whether block_add models records[lo:hi]: StepRecords whose host RSS and device allocated are
  * None or numbers. */
 static int
@@ -579,7 +598,7 @@ series_fold(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         Py_RETURN_NONE;
     }
     for (Py_ssize_t i = lo; i < hi; i++) { /* record_ok checked they are ints */
-        long long step = PyLong_AsLongLong(PyTuple_GET_ITEM(PyList_GET_ITEM(records, i), F_STEP));
+        long long step = rec_step(records, i);
         if (step == -1 && PyErr_Occurred()) {
             PyErr_Clear();
             Py_RETURN_NONE;
@@ -590,23 +609,18 @@ series_fold(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     }
     Py_ssize_t i = lo;
     while (i < hi) {
-        long long bid = PyLong_AsLongLong(PyTuple_GET_ITEM(PyList_GET_ITEM(records, i), F_STEP)) /
-                        stride;
+        long long bid = rec_step(records, i) / stride;
         Py_ssize_t j = i + 1;
-        while (j < hi &&
-               PyLong_AsLongLong(PyTuple_GET_ITEM(PyList_GET_ITEM(records, j), F_STEP)) / stride ==
-                   bid) {
+        while (j < hi && rec_step(records, j) / stride == bid) {
             j++;
         }
         /* BlockSeries._block: from the end, the block of this id or where it goes */
         Py_ssize_t pos = PyList_GET_SIZE(blocks);
-        while (pos > 0 &&
-               PyFloat_AS_DOUBLE(PyList_GET_ITEM(PyList_GET_ITEM(blocks, pos - 1), 0)) > (double)bid) {
+        while (pos > 0 && block_id(blocks, pos - 1) > (double)bid) {
             pos--;
         }
         PyObject *block;
-        if (pos > 0 &&
-            PyFloat_AS_DOUBLE(PyList_GET_ITEM(PyList_GET_ITEM(blocks, pos - 1), 0)) == (double)bid) {
+        if (pos > 0 && block_id(blocks, pos - 1) == (double)bid) {
             block = PyList_GET_ITEM(blocks, pos - 1);
         } else {
             block = PyList_New(9);
@@ -856,12 +870,12 @@ spike_scan(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
             double limit = factor * ms;
             int above = 0;
             for (Py_ssize_t k = i; k < end && !above; k++) {
-                above = PyFloat_AS_DOUBLE(PyTuple_GET_ITEM(PyList_GET_ITEM(records, k), F_STEP_MS)) > limit;
+                above = rec_ms(records, k) > limit;
             }
             for (Py_ssize_t k = i; above && k < end; k++) {
                 PyObject *r = PyList_GET_ITEM(records, k);
                 PyObject *held = PyTuple_GET_ITEM(r, F_HELD);
-                double own = PyFloat_AS_DOUBLE(PyTuple_GET_ITEM(r, F_STEP_MS));
+                double own = rec_ms(records, k);
                 if (held != Py_None) {
                     own = own - PyFloat_AS_DOUBLE(held);
                 }
@@ -877,8 +891,7 @@ spike_scan(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
             }
         }
         for (Py_ssize_t k = i; k < end; k++) { /* Baseline.observe_many */
-            ring[(head + n) % keep] =
-                PyFloat_AS_DOUBLE(PyTuple_GET_ITEM(PyList_GET_ITEM(records, k), F_STEP_MS));
+            ring[(head + n) % keep] = rec_ms(records, k);
             if (n < keep) {
                 n++;
             } else {
