@@ -26,6 +26,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <math.h>
+#include <string.h>
 
 /* StepRecord's fields (records.StepRecord, a NamedTuple) */
 #define F_STEP 1
@@ -144,32 +145,73 @@ sketch_add(PyObject *sketch, long key, Py_ssize_t count)
     return rc;
 }
 
-/* Counts into a dict of buckets a run of equal keys at a time (neighbouring steps mostly share
- * one), each new key inserted where Counter would have put it (first seen, first). */
+/* Counts into a dict of buckets, gathered in C first: a batch of a few hundred steps falls in a
+ * few tens of buckets, so the dict takes one addition per bucket instead of one per step (each
+ * an int object, a lookup and a store). The buckets are written in the order they were first
+ * seen, so a new key goes into the dict where Counter, one step at a time, would have put it;
+ * the counts are sums of ints either way. A batch with more distinct keys than AGG_KEYS writes
+ * what it holds and goes on (keys already written keep their place). */
+#define AGG_KEYS 64
+#define AGG_SLOTS 128 /* a power of two, at least twice AGG_KEYS: probes stay short */
+_Static_assert(AGG_SLOTS >= 2 * AGG_KEYS && (AGG_SLOTS & (AGG_SLOTS - 1)) == 0 && AGG_KEYS < 256,
+               "an Agg needs free slots, a power-of-two mask and indices in an unsigned char");
 typedef struct {
     PyObject *dict;
-    long key;
-    Py_ssize_t n;
-} Runs;
+    Py_ssize_t n; /* distinct keys held, in first-seen order */
+    long keys[AGG_KEYS];
+    Py_ssize_t counts[AGG_KEYS];
+    unsigned char slot[AGG_SLOTS]; /* 1 + index into keys; 0 for an empty slot */
+} Agg;
 
-static int
-runs_add(Runs *r, long key)
+static void
+agg_init(Agg *a, PyObject *dict)
 {
-    if (r->n > 0 && key != r->key) {
-        if (sketch_add(r->dict, r->key, r->n) < 0) {
-            return -1;
-        }
-        r->n = 0;
-    }
-    r->key = key;
-    r->n++;
-    return 0;
+    a->dict = dict;
+    a->n = 0;
+    memset(a->slot, 0, sizeof a->slot);
 }
 
 static int
-runs_flush(Runs *r)
+agg_flush(Agg *a)
 {
-    return r->n > 0 ? sketch_add(r->dict, r->key, r->n) : 0;
+    for (Py_ssize_t i = 0; i < a->n; i++) {
+        if (sketch_add(a->dict, a->keys[i], a->counts[i]) < 0) {
+            return -1;
+        }
+    }
+    agg_init(a, a->dict);
+    return 0;
+}
+
+static Py_ssize_t
+agg_slot(long key)
+{
+    return (Py_ssize_t)(((unsigned long)key * 2654435761UL) & (AGG_SLOTS - 1));
+}
+
+static int
+agg_add(Agg *a, long key)
+{
+    Py_ssize_t h = agg_slot(key);
+    while (a->slot[h]) {
+        Py_ssize_t at = a->slot[h] - 1;
+        if (a->keys[at] == key) {
+            a->counts[at]++;
+            return 0;
+        }
+        h = (h + 1) & (AGG_SLOTS - 1);
+    }
+    if (a->n == AGG_KEYS) {
+        if (agg_flush(a) < 0) {
+            return -1;
+        }
+        h = agg_slot(key);
+    }
+    a->keys[a->n] = key;
+    a->counts[a->n] = 1;
+    a->slot[h] = (unsigned char)(a->n + 1);
+    a->n++;
+    return 0;
 }
 
 /* Checks shared by the folds: a StepRecord-shaped tuple with a finite step time and NP phases. */
@@ -313,15 +355,16 @@ timeline_fold(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         (dev.n > 0 && (set_float(nums, S_DEV, dev.sum) < 0 || add_count(nums, S_DEV_N, dev.n) < 0))) {
         return NULL;
     }
-    Runs runs = {sketch, 0, 0};
+    Agg agg;
+    agg_init(&agg, sketch);
     for (Py_ssize_t i = lo; i < hi; i++) {
         double ms;
         as_double(PyTuple_GET_ITEM(PyList_GET_ITEM(records, i), F_STEP_MS), &ms);
-        if (runs_add(&runs, bucket(ms, inv)) < 0) {
+        if (agg_add(&agg, bucket(ms, inv)) < 0) {
             return NULL;
         }
     }
-    if (runs_flush(&runs) < 0) {
+    if (agg_flush(&agg) < 0) {
         return NULL;
     }
     Py_RETURN_TRUE;
@@ -438,18 +481,19 @@ stats_fold(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     }
     /* LogHistogram.add_many: zeros (<= 0) apart, the others by ceil(log(v) / log(gamma)). */
     Py_ssize_t zeros = 0;
-    Runs runs = {buckets, 0, 0};
+    Agg agg;
+    agg_init(&agg, buckets);
     for (Py_ssize_t i = lo; i < hi; i++) {
         double ms;
         as_double(PyTuple_GET_ITEM(PyList_GET_ITEM(records, i), F_STEP_MS), &ms);
         if (ms <= 0) {
             zeros++;
         }
-        else if (runs_add(&runs, (long)ceil(log(ms) / log_gamma)) < 0) {
+        else if (agg_add(&agg, (long)ceil(log(ms) / log_gamma)) < 0) {
             return NULL;
         }
     }
-    if (runs_flush(&runs) < 0) {
+    if (agg_flush(&agg) < 0) {
         return NULL;
     }
     return Py_BuildValue("(dnnOO)", total, hi - lo, zeros, rss_peak ? rss_peak : Py_None,
