@@ -31,15 +31,39 @@ from traceml.transport.publish import snapshot as snapshot_module
 from traceml.transport.publish.channels import MAX_HELD_SUBSCRIPTIONS
 from traceml.transport.publish.publisher import Publisher
 from traceml.transport.publish.snapshot import MAX_JOBS
+from traceml.transport.runfiles.runfile import read_json, write_json_atomic
+from traceml.transport.subscribe import ranklink
 from traceml.transport.subscribe.runs import list_runs, resolve_run
 from traceml.transport.subscribe.subscriber import Subscriber
 from traceml.transport.wire.codec import WELCOME, pack
 from traceml.transport.wire.control import Request
-from traceml.transport.wire.events import HeartbeatEvent
+from traceml.transport.wire.events import EndEvent, HeartbeatEvent
 
 
 def _state(runtime: Path, run_id: str) -> str:
     return resolve_run(run_id, runtime).state
+
+
+def test_a_rank_that_wrote_its_end_and_exited_is_finished_never_dead(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A rank's close writes its end into its file, then the process exits; its end message
+    may never be read (the sockets close with linger 0). The viewer must read the file when it
+    finds the process gone, not call a run that finished dead until its next periodic read (an
+    exporter that stops at the first dead rank exported it so)."""
+    monkeypatch.setattr(ranklink, "FILE_CHECK_S", 1000.0)  # no periodic re-read in this test
+    with publisher_process(tmp_path, "gone-1", "--backlog", "50") as proc:
+        seen = Seen()
+        with attach(tmp_path, "gone-1") as sub:
+            poll_until(sub, seen, lambda: seen.count() >= 50)
+            proc.kill()  # no end message; the file gets the end below, as close() writes it
+            proc.wait(10)
+            path = tmp_path / "gone-1" / "rank-0.json"
+            obj = read_json(path)
+            obj["end"] = RankEnd(0, "ok", 50, time.time()).to_wire()
+            write_json_atomic(path, obj)
+            poll_until(sub, seen, lambda: any(isinstance(e, EndEvent) for e in seen.events), 5)
+    assert "dead" not in seen.states() and seen.states()[-1] == "finished"
 
 
 def test_kill_9_shows_the_run_dead_in_ls_and_in_the_viewer(tmp_path: Path) -> None:

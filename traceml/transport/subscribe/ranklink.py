@@ -111,6 +111,8 @@ class RankLink:
         self._info = rank.info
         self._system_t = -math.inf
         self._file_checked = now
+        self._gone_read = False
+        """Whether the file was read since the process was found gone."""
         self._handlers: dict[str, Handler] = {
             "rec": self._on_rec,
             "hb": self._on_hb,
@@ -130,9 +132,15 @@ class RankLink:
         if self._request_lost(now):
             self._abort()
         self._maybe_request(now)
-        quiet = self.liveness.silent(now) > 1.5 * HEARTBEAT_S or self.liveness.proc == "gone"
+        gone = self.liveness.proc == "gone"
+        quiet = self.liveness.silent(now) > 1.5 * HEARTBEAT_S or gone
         every = ENDED_FILE_CHECK_S if self.liveness.ended else FILE_CHECK_S
-        if quiet and now - self._file_checked >= every:
+        # A process just found gone may have written its end into its file and exited before
+        # its end message was read (or sent at all: a rank's sockets close with linger 0). Its
+        # file is read at once, so a rank that finished is never reported dead meanwhile.
+        first_gone = gone and not self._gone_read
+        if first_gone or (quiet and now - self._file_checked >= every):
+            self._gone_read = self._gone_read or gone
             self._file_checked = now
             return self._check_file()
         return []
