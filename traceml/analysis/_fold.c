@@ -700,55 +700,9 @@ series_fold(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     return PyLong_FromSsize_t(hi);
 }
 
-static int
-cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-/* median_step_ms(records) -> float | None: the median step time of an iterable of at most 4,096
- * StepRecords (the middle one, or the mean of the two middle ones), as spikes.Baseline computes
- * it; None for input it does not model (no records, a step time that is not a finite float). */
-static PyObject *
-median_step_ms(PyObject *module, PyObject *records)
-{
-    (void)module;
-    double values[4096];
-    Py_ssize_t n = 0;
-    PyObject *it = PyObject_GetIter(records);
-    if (it == NULL) {
-        return NULL;
-    }
-    PyObject *rec;
-    int ok = 1;
-    while ((rec = PyIter_Next(it)) != NULL) {
-        PyObject *ms = PyTuple_Check(rec) && PyTuple_GET_SIZE(rec) > F_STEP_MS
-                           ? PyTuple_GET_ITEM(rec, F_STEP_MS)
-                           : NULL;
-        /* -0.0 is declined too: qsort may order it either side of a 0.0 (Python's sort keeps
-         * their order), and the median would then differ in its sign. */
-        ok = ok && n < 4096 && ms != NULL && PyFloat_Check(ms) &&
-             isfinite(PyFloat_AS_DOUBLE(ms)) &&
-             !(PyFloat_AS_DOUBLE(ms) == 0.0 && signbit(PyFloat_AS_DOUBLE(ms)));
-        if (ok) {
-            values[n++] = PyFloat_AS_DOUBLE(ms);
-        }
-        Py_DECREF(rec);
-    }
-    Py_DECREF(it);
-    if (PyErr_Occurred()) {
-        return NULL;
-    }
-    if (!ok || n == 0) {
-        Py_RETURN_NONE;
-    }
-    qsort(values, (size_t)n, sizeof(double), cmp_double);
-    double mid = n % 2 ? values[n / 2] : (values[n / 2 - 1] + values[n / 2]) / 2;
-    return PyFloat_FromDouble(mid);
-}
-
-/* A step time the scan models: a finite float, not -0.0 (as median_step_ms). */
+/* A record's step time as the medians model it: a finite float, never -0.0 (an order of equal
+ * values may put -0.0 on either side of a 0.0, where Python's sort keeps them as they came, and
+ * a median would then differ in its sign). `min_size`: the fields the caller reads. */
 static int
 scan_ms(PyObject *rec, Py_ssize_t min_size, double *out)
 {
@@ -799,26 +753,82 @@ select_kth(double *v, Py_ssize_t n, Py_ssize_t k)
     return v[k];
 }
 
-/* The median of the window's n values (a ring of `keep` from `head`), as median_step_ms: the
- * middle one, or the mean of the two middle ones (the largest of the lower half). */
+/* The median of v[0..n) (n >= 1; v is reordered): the middle value, or the mean of the two
+ * middle ones, as spikes.median_step_ms takes them from its sorted list. */
 static double
-ring_median(const double *ring, Py_ssize_t keep, Py_ssize_t head, Py_ssize_t n, double *tmp)
+median_of(double *v, Py_ssize_t n)
 {
-    for (Py_ssize_t k = 0; k < n; k++) {
-        tmp[k] = ring[(head + k) % keep];
-    }
-    double upper = select_kth(tmp, n, n / 2);
+    double upper = select_kth(v, n, n / 2);
     if (n % 2) {
         return upper;
     }
-    double lower = tmp[0];
+    double lower = v[0]; /* the largest of the lower half, all <= upper */
     for (Py_ssize_t k = 1; k < n / 2; k++) {
-        lower = tmp[k] > lower ? tmp[k] : lower;
+        lower = v[k] > lower ? v[k] : lower;
     }
     return (lower + upper) / 2;
 }
 
 #define SCAN_KEEP_MAX 512 /* the most values a window holds (Baseline's: 64) */
+
+/* The last `keep` step times, as Baseline's bounded deque holds them. */
+typedef struct {
+    double v[SCAN_KEEP_MAX];
+    Py_ssize_t keep, head, n; /* n values, from v[head] round */
+} Window;
+
+static void
+window_push(Window *w, double x)
+{
+    w->v[(w->head + w->n) % w->keep] = x;
+    if (w->n < w->keep) {
+        w->n++;
+    } else {
+        w->head = (w->head + 1) % w->keep;
+    }
+}
+
+static double
+window_median(const Window *w, double *tmp)
+{
+    for (Py_ssize_t k = 0; k < w->n; k++) {
+        tmp[k] = w->v[(w->head + k) % w->keep];
+    }
+    return median_of(tmp, w->n);
+}
+
+/* median_step_ms(records) -> float | None: the median step time of an iterable of at most 4,096
+ * StepRecords (the middle one, or the mean of the two middle ones), as spikes.Baseline computes
+ * it; None for input it does not model (no records, a step time that is not a finite float). */
+static PyObject *
+median_step_ms(PyObject *module, PyObject *records)
+{
+    (void)module;
+    double values[4096];
+    Py_ssize_t n = 0;
+    PyObject *it = PyObject_GetIter(records);
+    if (it == NULL) {
+        return NULL;
+    }
+    PyObject *rec;
+    int ok = 1;
+    while ((rec = PyIter_Next(it)) != NULL) {
+        double v;
+        ok = ok && n < 4096 && scan_ms(rec, F_STEP_MS + 1, &v);
+        if (ok) {
+            values[n++] = v;
+        }
+        Py_DECREF(rec);
+    }
+    Py_DECREF(it);
+    if (PyErr_Occurred()) {
+        return NULL;
+    }
+    if (!ok || n == 0) {
+        Py_RETURN_NONE;
+    }
+    return PyFloat_FromDouble(median_of(values, n));
+}
 
 /* spike_scan(recent, records, since, ms, factor, keep, every, least)
  *   -> ([(index, median), ...], since, ms, top) | None
@@ -857,8 +867,8 @@ spike_scan(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     }
     int have_ms = ms_arg != Py_None;
     double ms = have_ms ? PyFloat_AS_DOUBLE(ms_arg) : 0.0;
-    double ring[SCAN_KEEP_MAX], tmp[SCAN_KEEP_MAX];
-    Py_ssize_t head = 0, n = 0; /* the window: n values from ring[head] */
+    Window w = {.keep = keep};
+    double tmp[SCAN_KEEP_MAX];
 
     PyObject *it = PyObject_GetIter(recent);
     if (it == NULL) {
@@ -871,12 +881,7 @@ spike_scan(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         ok = ok && scan_ms(rec, F_STEP_MS + 1, &v);
         Py_DECREF(rec);
         if (ok) {
-            ring[(head + n) % keep] = v;
-            if (n < keep) {
-                n++;
-            } else {
-                head = (head + 1) % keep;
-            }
+            window_push(&w, v);
         }
     }
     Py_DECREF(it);
@@ -903,8 +908,8 @@ spike_scan(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     Py_ssize_t i = 0;
     while (i < total) {
         Py_ssize_t left = every - since; /* Baseline.steady() */
-        if (!have_ms && least - n < left) {
-            left = least - n;
+        if (!have_ms && least - w.n < left) {
+            left = least - w.n;
         }
         Py_ssize_t end = i + (left > 1 ? left : 1);
         if (end > total) {
@@ -935,17 +940,12 @@ spike_scan(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
             }
         }
         for (Py_ssize_t k = i; k < end; k++) { /* Baseline.observe_many */
-            ring[(head + n) % keep] = rec_ms(records, k);
-            if (n < keep) {
-                n++;
-            } else {
-                head = (head + 1) % keep;
-            }
+            window_push(&w, rec_ms(records, k));
         }
         since += end - i;
-        if (since >= every || (!have_ms && n >= least)) { /* Baseline._refresh */
+        if (since >= every || (!have_ms && w.n >= least)) { /* Baseline._refresh */
             since = 0;
-            ms = ring_median(ring, keep, head, n, tmp);
+            ms = window_median(&w, tmp);
             have_ms = 1;
         }
         i = end;
