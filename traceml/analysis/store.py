@@ -194,16 +194,14 @@ class _Rank:
         or unordered steps) goes through `add` one record at a time. `facts`: the batch's, when
         the caller has them already.
         """
-        if len(records) < BATCH_MIN:
+        # Too few records for the batched path's fixed cost: one at a time.
+        batched = len(records) >= BATCH_MIN
+        facts = (facts or facts_of(records, PRUNE_EVERY_MASK)) if batched else None
+        if facts is None or not facts.ascending or records[0].step <= self.last_step:
             for rec in records:
                 self.add(rec, thresholds)
             return
-        facts = facts or facts_of(records, PRUNE_EVERY_MASK)
         first = records[0].step
-        if first <= self.last_step or not facts.ascending:
-            for rec in records:
-                self.add(rec, thresholds)
-            return
         self._push_many(records)
         if facts.held:
             held = [r.held_ms for r in records if r.held_ms is not None]
