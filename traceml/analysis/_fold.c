@@ -295,7 +295,7 @@ timeline_fold(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     PyObject *first_obj = NULL, *last_obj = NULL, *top_obj = NULL; /* borrowed, from records */
     /* First pass: check every record, so that a decline changes nothing. */
     for (Py_ssize_t i = lo; i < hi; i++) {
-        double ms;
+        double ms = 0.0;
         if (!record_ok(PyList_GET_ITEM(records, i), &ms)) {
             Py_RETURN_FALSE;
         }
@@ -305,7 +305,7 @@ timeline_fold(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         PyObject *step_obj = PyTuple_GET_ITEM(rec, F_STEP);
         PyObject *ms_obj = PyTuple_GET_ITEM(rec, F_STEP_MS);
         PyObject *phases = PyTuple_GET_ITEM(rec, F_PHASES);
-        double ms, step;
+        double ms = 0.0, step = 0.0;
         as_double(ms_obj, &ms);
         as_double(step_obj, &step);
         sum += ms;
@@ -358,7 +358,7 @@ timeline_fold(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     Agg agg;
     agg_init(&agg, sketch);
     for (Py_ssize_t i = lo; i < hi; i++) {
-        double ms;
+        double ms = 0.0;
         as_double(PyTuple_GET_ITEM(PyList_GET_ITEM(records, i), F_STEP_MS), &ms);
         if (agg_add(&agg, bucket(ms, inv)) < 0) {
             return NULL;
@@ -427,7 +427,7 @@ stats_fold(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     int device = 0;
     for (Py_ssize_t i = lo; i < hi; i++) {
         PyObject *rec = PyList_GET_ITEM(records, i);
-        double ms;
+        double ms = 0.0;
         if (!record_ok(rec, &ms)) {
             Py_RETURN_NONE;
         }
@@ -447,7 +447,7 @@ stats_fold(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     }
     for (Py_ssize_t i = lo; i < hi; i++) { /* nothing can fail from here on but memory */
         PyObject *rec = PyList_GET_ITEM(records, i);
-        double ms, x;
+        double ms = 0.0, x = 0.0;
         as_double(PyTuple_GET_ITEM(rec, F_STEP_MS), &ms);
         total += ms;
         PyObject *phases = PyTuple_GET_ITEM(rec, F_PHASES);
@@ -484,7 +484,7 @@ stats_fold(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     Agg agg;
     agg_init(&agg, buckets);
     for (Py_ssize_t i = lo; i < hi; i++) {
-        double ms;
+        double ms = 0.0;
         as_double(PyTuple_GET_ITEM(PyList_GET_ITEM(records, i), F_STEP_MS), &ms);
         if (ms <= 0) {
             zeros++;
@@ -526,7 +526,7 @@ block_records_ok(PyObject *records, Py_ssize_t lo, Py_ssize_t hi)
 {
     for (Py_ssize_t i = lo; i < hi; i++) {
         PyObject *rec = PyList_GET_ITEM(records, i);
-        double ms, x;
+        double ms = 0.0, x = 0.0;
         if (!record_ok(rec, &ms)) {
             return 0;
         }
