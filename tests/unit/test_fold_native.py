@@ -7,6 +7,7 @@ snapshot); every open window's numbers and sketch must be equal, and so must the
 
 from __future__ import annotations
 
+import gc
 import itertools
 import math
 import random
@@ -506,6 +507,19 @@ def test_the_c_sketch_freeze_is_the_python_one(seed: int) -> None:
         held = sum(sketch.values())
         for count in (held, 1, max(1, held - 1), held + 5):
             assert c_freeze(sketch, count, timeline._GAMMA) == _python_freeze(sketch, count)
+
+
+def test_the_c_sketch_freezes_buckets_the_collector_never_traverses() -> None:
+    """(bucket, count) pairs of ints cannot close a cycle: a heartbeat's live view freezes a
+    few hundred windows of up to 64 pairs each, which the next collection would traverse."""
+    c_freeze = timeline._C_FREEZE
+    assert c_freeze is not None
+    got = c_freeze({3: 2, -1: 1, 0: 4}, 7, timeline._GAMMA)
+    assert got is not None
+    pairs = got[2]
+    assert pairs == ((-1, 1), (0, 4), (3, 2))
+    assert not gc.is_tracked(pairs)
+    assert not any(gc.is_tracked(pair) for pair in pairs)
 
 
 def test_the_c_sketch_freeze_declines_what_it_does_not_model() -> None:

@@ -1060,8 +1060,12 @@ sketch_freeze(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
             Py_CLEAR(items);
             break;
         }
+        PyObject_GC_UnTrack(pair); /* ints only: no cycle, and no work for the collector */
         PyTuple_SET_ITEM(items, i, pair);
         b[i].count += i > 0 ? b[i - 1].count : 0;
+    }
+    if (items != NULL) {
+        PyObject_GC_UnTrack(items);
     }
     PyObject *out = NULL;
     if (items != NULL) {

@@ -1263,6 +1263,10 @@ phases_ms(PyObject *phase_ns, long long seen, double *backward_ms)
         }
         PyTuple_SET_ITEM(out, i, v);
     }
+    /* Floats and None only: no cycle. Tracked, each record's phases sat in the young
+     * generation until a collection untracked it, and every collection on the tx thread
+     * traversed a tick's worth of them (most of what it found there). */
+    untrack(out);
     return out;
 }
 
