@@ -8,7 +8,9 @@ owns every zmq socket of the rank. Nothing here may block the training thread or
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
+import operator
 import sys
 import threading
 import time
@@ -43,6 +45,10 @@ at ~10 µs a record there), with a YIELD_S sleep between slices: a 0.4 ms loop's
 steps) is two holds, a 1 ms loop's one, and a loop of tens of µs a step, or a tick after a stall
 of the tx thread, never makes training wait on one fold of tens of ms. Yielding with sleep(0)
 is not enough: the tx thread re-takes the GIL before the woken training thread can."""
+_MARKS = operator.itemgetter(6)
+"""RawStep.marks, a CUDA step's (label, event) boundaries: None (or empty, which resolves to
+the host clock all the same) on a host step. At C speed: a generator over the batch was a
+Python resume per step."""
 SYSTEM_EVERY_S = 1.0
 PROGRESS_EVERY_S = 5.0
 PRIMARY_EVERY_S = 5.0
@@ -186,7 +192,7 @@ class TxWorker(threading.Thread):
         left = len(raw)  # steps queued meanwhile wait for the next tick: service comes first
         folded = False
         while True:
-            batch = [raw.popleft() for _ in range(min(left, SLICE_RECORDS))]
+            batch = list(map(deque.popleft, itertools.repeat(raw, min(left, SLICE_RECORDS))))
             left -= len(batch)
             # A slice at a time from the buffer, so a backlog never lives twice (as RawSteps and
             # as records) in the rank's memory; CUDA steps resolved late may make a slice longer.
@@ -246,7 +252,7 @@ class TxWorker(threading.Thread):
                 if item.step > self._next_step:
                     self.dropped += item.step - self._next_step
                 self._next_step = item.step + 1
-        if not self._pending and all(item.marks is None for item in batch):
+        if not self._pending and not any(map(_MARKS, batch)):
             info = self.p.info
             records = self.p.host_records(batch, info.rank, self.p.wall_offset_ns, self.p.page_mb)
             return self._held(batch, records)

@@ -6,6 +6,7 @@ Runs in the tx thread; only plain arithmetic, never I/O.
 from __future__ import annotations
 
 import math
+import operator
 import statistics
 from collections import deque
 from collections.abc import Sequence
@@ -13,6 +14,7 @@ from collections.abc import Sequence
 from traceml.records import StepRecord
 
 RECENT_STEPS = 64
+_STEP_MS = operator.attrgetter("step_ms")
 
 
 def finite(value: float | None) -> float | None:
@@ -46,7 +48,7 @@ class Progress:
         """`record` of each record (one rank's, in step order: the tx thread's batch)."""
         if not records:
             return
-        ms = [r.step_ms for r in records]
+        ms = list(map(_STEP_MS, records))
         if all(map(math.isfinite, ms)):
             last = records[-1]
             if self.last_step is None or last.step >= self.last_step:
