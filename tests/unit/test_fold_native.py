@@ -541,3 +541,65 @@ def test_a_timeline_freezes_the_same_windows_without_the_c_freeze(
     monkeypatch.setattr(timeline, "_C_FREEZE", None)
     line._stale = None
     assert line.windows() == with_c
+
+
+def random_blocks(rng: random.Random, n: int, width: int) -> list[list[float]]:
+    """Blocks as a BlockSeries keeps them: ascending whole ids (gaps too), then sums/counts."""
+    ids = sorted(rng.sample(range(3 * n + 1), n))
+    return [[float(i), *(rng.uniform(-1e3, 1e6) for _ in range(width - 1))] for i in ids]
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_the_c_coalesce_is_the_python_one(seed: int) -> None:
+    """The same blocks, ids and float bits for any factor, and the input left as it was."""
+    c_coalesce = getattr(native.fold_module(), "coalesce", None)
+    assert c_coalesce is not None, "the C fold is not built: run `make install`"
+    rng = random.Random(seed)
+    for n, factor in ((0, 2), (1, 2), (257, 2), (300, 4), (64, 1), (129, 1024)):
+        blocks = random_blocks(rng, n, rng.choice((9, 3, 1)))
+        before = [list(b) for b in blocks]
+        got = c_coalesce(blocks, factor)
+        assert got is not None
+        expected = stats._coalesce_blocks(blocks, factor)
+        assert [[v.hex() for v in b] for b in got] == [[v.hex() for v in b] for b in expected]
+        assert blocks == before
+
+
+def test_the_c_coalesce_declines_what_it_does_not_model() -> None:
+    c_coalesce = getattr(native.fold_module(), "coalesce", None)
+    assert c_coalesce is not None
+    ok = [[0.0, 1.0], [1.0, 2.0]]
+    for blocks, factor in (
+        (ok, 0),
+        ((tuple(b) for b in ok), 2),
+        ([[0.0, 1.0], [1.0, 2]], 2),  # an int where floats are
+        ([[0.0, 1.0], [1.0]], 2),  # widths differ
+        ([[-2.0, 1.0]], 2),  # a negative id
+        ([[0.5, 1.0]], 2),  # an id that is not whole
+        ([[math.inf, 1.0]], 2),
+        ([[]], 2),
+    ):
+        assert c_coalesce(blocks, factor) is None
+
+
+def test_a_series_halves_to_the_same_blocks_without_the_c_coalesce(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Through the series itself: 20,000 steps halve a 16-block series ten times."""
+    rng = random.Random(5)
+    records = [random_record(s, rng) for s in range(20_000)]
+    got = []
+    built = native.fold_module()
+    for c_on in (True, False):
+        module: Any = built
+        if not c_on:
+            module = types.SimpleNamespace(
+                **{k: getattr(built, k) for k in dir(built) if k != "coalesce"}
+            )
+        monkeypatch.setattr(stats, "_C", module)
+        series = stats.BlockSeries(3, capacity=16)
+        for lo in range(0, len(records), 625):
+            series.add_records(records[lo : lo + 625])
+        got.append((series.stride, [[v.hex() for v in b] for b in series._blocks]))
+    assert got[0] == got[1]
+    assert got[0][0] == 2048
