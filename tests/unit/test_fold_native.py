@@ -7,6 +7,7 @@ snapshot); every open window's numbers and sketch must be equal, and so must the
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import itertools
 import math
@@ -539,8 +540,69 @@ def test_a_timeline_freezes_the_same_windows_without_the_c_freeze(
     line.extend(random_record(s, rng) for s in range(5_000))
     with_c = line.windows()
     monkeypatch.setattr(timeline, "_C_FREEZE", None)
+    monkeypatch.setattr(timeline, "_C_WINDOW", None)
     line._stale = None
     assert line.windows() == with_c
+
+
+def bits(window: timeline.TimelineWindow) -> list[object]:
+    """A window's fields with every float as its exact bits, and each field's type."""
+
+    def exact(v: object) -> object:
+        if isinstance(v, float):
+            return v.hex()
+        if isinstance(v, tuple):
+            return tuple(exact(x) for x in v)
+        return v
+
+    return [(type(v).__name__, exact(v)) for v in dataclasses.astuple(window)]
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_the_c_window_freeze_is_the_python_one(seed: int) -> None:
+    """Every window of random runs (late steps, unmeasured phases, RSS and device memory or
+    not, zero and negative step times) freezes to the same TimelineWindow, bit for bit, still
+    frozen, equal and with the same hash."""
+    assert timeline._C_WINDOW is not None, "the C fold is not built: run `make install`"
+    window_type = (timeline.TimelineWindow, timeline._WINDOW_FIELDS)
+    rng = random.Random(seed)
+    line = Timeline(capacity=rng.choice((4, 16, 256)))
+    for tick in random_run(rng, 3_000):
+        line.extend(tick)
+        line.windows()
+        for part in line._open:
+            got = timeline._C_WINDOW(part.nums, part.sketch, timeline._GAMMA, *window_type)
+            assert got is not None, "C declined a window the timeline made"
+            expected = part.freeze_py()
+            assert type(got) is timeline.TimelineWindow
+            assert bits(got) == bits(expected)
+            assert got == expected and hash(got) == hash(expected)
+    frozen = line._open[0].freeze()
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        frozen.steps = 0  # type: ignore[misc]
+
+
+def test_the_c_window_freeze_declines_what_it_does_not_model() -> None:
+    c_window = timeline._C_WINDOW
+    assert c_window is not None
+    line = Timeline()
+    line.extend(random_record(s, random.Random(s)) for s in range(1, 9))
+    line.windows()
+    part = line._open[0]
+    names, cls, gamma = timeline._WINDOW_FIELDS, timeline.TimelineWindow, timeline._GAMMA
+    assert c_window(part.nums, part.sketch, gamma, cls, names) is not None
+    empty = timeline._Open(0)
+    no_float = [*part.nums[:4], 2, *part.nums[5:]]  # an int sum
+    for args in (
+        (empty.nums, {1: 1}, gamma, cls, names),  # no step yet
+        (part.nums[:-1], part.sketch, gamma, cls, names),  # another window layout
+        (no_float, part.sketch, gamma, cls, names),
+        (part.nums, {}, gamma, cls, names),
+        (part.nums, {1.5: 2}, gamma, cls, names),
+        (part.nums, part.sketch, gamma, cls, names[:-1]),
+        (part.nums, part.sketch, 1, cls, names),
+    ):
+        assert c_window(*args) is None
 
 
 def random_blocks(rng: random.Random, n: int, width: int) -> list[list[float]]:

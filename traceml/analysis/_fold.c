@@ -9,6 +9,7 @@
  *   spike_scan     store._judge_chunks: which steps of a batch are spikes, and the rolling
  *                  median after it;
  *   sketch_freeze  timeline.SortedSketch's p50, p95 and sorted buckets, as a window freezes;
+ *   window_freeze  timeline._Open.freeze: a window's TimelineWindow, sketch and all;
  *   coalesce       stats._coalesce: a series' blocks re-keyed to a coarser stride (a halving);
  *   batch_facts    batch.batch_facts: what the store asks of a batch before folding it.
  *
@@ -1011,28 +1012,22 @@ sketch_quantile(const Bucket *b, Py_ssize_t m, long long count, double q, double
     return v_lo + (v_hi - v_lo) * (pos - lo);
 }
 
-/* sketch_freeze(sketch, count, gamma) -> (p50, p95, ((key, n), ...) sorted by key), as
- * timeline.SortedSketch gives them; None for input it does not model (no bucket, a key or count
- * that is not an int in range, a count below 1). `count` holds the running sums once sorted. */
-static PyObject *
-sketch_freeze(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+/* A sketch's p50, p95 and (key, count) pairs sorted by key, as timeline.SortedSketch gives
+ * them: 1 with *p50, *p95 and a new *pairs set; 0, nothing set and no error, for input it does
+ * not model (no bucket, a key or count that is not an int in range, a count below 1); -1 on an
+ * error. The pairs, and the tuple of them, are untracked: ints only, no cycle. */
+static int
+sketch_parts(PyObject *sketch, long long count, double gamma, double *p50, double *p95,
+             PyObject **pairs)
 {
-    (void)module;
-    if (nargs != 3 || !PyDict_CheckExact(args[0]) || !PyLong_CheckExact(args[1]) ||
-        !PyFloat_CheckExact(args[2])) {
-        Py_RETURN_NONE;
-    }
-    PyObject *sketch = args[0];
-    long long count = PyLong_AsLongLong(args[1]);
-    double gamma = PyFloat_AS_DOUBLE(args[2]);
     Py_ssize_t m = PyDict_GET_SIZE(sketch);
-    if ((count == -1 && PyErr_Occurred()) || count < 1 || m == 0) {
-        PyErr_Clear();
-        Py_RETURN_NONE;
+    if (count < 1 || m == 0) {
+        return 0;
     }
     Bucket *b = PyMem_Malloc((size_t)m * sizeof(Bucket));
     if (b == NULL) {
-        return PyErr_NoMemory();
+        PyErr_NoMemory();
+        return -1;
     }
     Py_ssize_t pos = 0, i = 0;
     PyObject *k, *n;
@@ -1051,7 +1046,7 @@ sketch_freeze(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     if (!ok) {
         PyErr_Clear();
         PyMem_Free(b);
-        Py_RETURN_NONE;
+        return 0;
     }
     qsort(b, (size_t)m, sizeof(Bucket), cmp_bucket);
     PyObject *items = PyTuple_New(m);
@@ -1067,13 +1062,140 @@ sketch_freeze(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     }
     if (items != NULL) {
         PyObject_GC_UnTrack(items);
-    }
-    PyObject *out = NULL;
-    if (items != NULL) {
-        out = Py_BuildValue("(ddN)", sketch_quantile(b, m, count, 0.5, gamma),
-                            sketch_quantile(b, m, count, 0.95, gamma), items);
+        *p50 = sketch_quantile(b, m, count, 0.5, gamma);
+        *p95 = sketch_quantile(b, m, count, 0.95, gamma);
+        *pairs = items;
     }
     PyMem_Free(b);
+    return items != NULL ? 1 : -1;
+}
+
+/* sketch_freeze(sketch, count, gamma) -> (p50, p95, ((key, n), ...) sorted by key), as
+ * timeline.SortedSketch gives them; None for input it does not model (sketch_parts). */
+static PyObject *
+sketch_freeze(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)module;
+    if (nargs != 3 || !PyDict_CheckExact(args[0]) || !PyLong_CheckExact(args[1]) ||
+        !PyFloat_CheckExact(args[2])) {
+        Py_RETURN_NONE;
+    }
+    long long count = PyLong_AsLongLong(args[1]);
+    if (count == -1 && PyErr_Occurred()) {
+        PyErr_Clear();
+        Py_RETURN_NONE;
+    }
+    double p50, p95;
+    PyObject *pairs = NULL;
+    int got = sketch_parts(args[0], count, PyFloat_AS_DOUBLE(args[2]), &p50, &p95, &pairs);
+    if (got <= 0) {
+        if (got == 0) {
+            Py_RETURN_NONE;
+        }
+        return NULL;
+    }
+    return Py_BuildValue("(ddN)", p50, p95, pairs);
+}
+
+/* A float over a count, or None for a count of 0 (a column the window never measured). */
+static PyObject *
+mean_or_none(double sum, double count)
+{
+    return count != 0.0 ? PyFloat_FromDouble(sum / count) : Py_NewRef(Py_None);
+}
+
+/* window_freeze(nums, sketch, gamma, cls, names) -> cls instance | None: timeline._Open.freeze
+ * in C. `cls` is TimelineWindow (a frozen dataclass with slots) and `names` its fields in
+ * order; the instance is made as the dataclass's own __init__ makes it, a slot at a time past
+ * its frozen __setattr__, without running that __init__'s Python (1.4 of its 3.7 us; the
+ * phases' generator another 1.1). A heartbeat's live view freezes every window that took
+ * steps since the last one, a few hundred on a fast loop: one GIL hold of several ms every
+ * 5 s. None, nothing built, for what it does not model. */
+static PyObject *
+window_freeze(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)module;
+    enum { FIELDS = 11 };
+    if (nargs != 5 || !PyList_CheckExact(args[0]) || PyList_GET_SIZE(args[0]) != SLOTS ||
+        !PyDict_CheckExact(args[1]) || !PyFloat_CheckExact(args[2]) || !PyType_Check(args[3]) ||
+        !PyTuple_CheckExact(args[4]) || PyTuple_GET_SIZE(args[4]) != FIELDS) {
+        Py_RETURN_NONE;
+    }
+    PyObject *nums = args[0];
+    double v[SLOTS];
+    for (int i = 0; i < SLOTS; i++) {
+        /* Sums and the max are floats; the id, first and last step and the counts may be ints
+         * (the fold stores steps as they come), taken only where a double holds them exactly. */
+        PyObject *x = PyList_GET_ITEM(nums, i);
+        int sum = i == S_SUM || i == S_MAX || i == S_RSS || i == S_DEV ||
+                  (i >= S_PH && i < S_PH + NP);
+        if (PyFloat_CheckExact(x)) {
+            v[i] = PyFloat_AS_DOUBLE(x);
+        }
+        else if (!sum && PyLong_CheckExact(x)) {
+            v[i] = PyLong_AsDouble(x);
+            if ((v[i] == -1.0 && PyErr_Occurred()) || fabs(v[i]) >= 9007199254740992.0) {
+                PyErr_Clear();
+                Py_RETURN_NONE;
+            }
+        }
+        else {
+            Py_RETURN_NONE;
+        }
+    }
+    /* A window holds at least one step, with finite first and last steps. */
+    if (!(v[S_N] >= 1.0 && v[S_N] < 9007199254740992.0) || !isfinite(v[S_FIRST]) ||
+        !isfinite(v[S_LAST])) {
+        Py_RETURN_NONE;
+    }
+    double p50, p95;
+    PyObject *pairs = NULL;
+    long long n = (long long)v[S_N];
+    int got = sketch_parts(args[1], n, PyFloat_AS_DOUBLE(args[2]), &p50, &p95, &pairs);
+    if (got <= 0) {
+        if (got == 0) {
+            Py_RETURN_NONE;
+        }
+        return NULL;
+    }
+    PyObject *values[FIELDS] = {NULL};
+    values[0] = PyLong_FromDouble(v[S_FIRST]);
+    values[1] = PyLong_FromDouble(v[S_LAST]);
+    values[2] = PyLong_FromLongLong(n);
+    values[3] = PyFloat_FromDouble(v[S_SUM] / (double)n);
+    /* min(p, max) as Python's min picks: the later value only when it is smaller. */
+    values[4] = PyFloat_FromDouble(v[S_MAX] < p50 ? v[S_MAX] : p50);
+    values[5] = PyFloat_FromDouble(v[S_MAX] < p95 ? v[S_MAX] : p95);
+    values[6] = PyFloat_FromDouble(v[S_MAX]);
+    values[7] = PyTuple_New(NP);
+    for (int k = 0; values[7] != NULL && k < NP; k++) {
+        PyObject *ms = mean_or_none(v[S_PH + k], v[S_PH + NP + k]);
+        if (ms == NULL) {
+            Py_CLEAR(values[7]);
+            break;
+        }
+        PyTuple_SET_ITEM(values[7], k, ms);
+    }
+    values[8] = mean_or_none(v[S_RSS], v[S_RSS_N]);
+    values[9] = mean_or_none(v[S_DEV], v[S_DEV_N]);
+    values[10] = pairs;
+    PyObject *out = NULL;
+    for (int i = 0; i < FIELDS; i++) {
+        if (values[i] == NULL) {
+            goto done;
+        }
+    }
+    PyTypeObject *cls = (PyTypeObject *)args[3];
+    out = cls->tp_alloc(cls, 0);
+    for (int i = 0; out != NULL && i < FIELDS; i++) {
+        if (PyObject_GenericSetAttr(out, PyTuple_GET_ITEM(args[4], i), values[i]) < 0) {
+            Py_CLEAR(out);
+        }
+    }
+done:
+    for (int i = 0; i < FIELDS; i++) {
+        Py_XDECREF(values[i]);
+    }
     return out;
 }
 
@@ -1238,6 +1360,8 @@ static PyMethodDef module_methods[] = {
      "None to decline."},
     {"sketch_freeze", (PyCFunction)(void (*)(void))sketch_freeze, METH_FASTCALL,
      "(p50, p95, sorted (key, count) pairs) of a timeline sketch; None to decline."},
+    {"window_freeze", (PyCFunction)(void (*)(void))window_freeze, METH_FASTCALL,
+     "A timeline window's TimelineWindow, as timeline._Open.freeze makes it; None to decline."},
     {"coalesce", (PyCFunction)(void (*)(void))coalesce, METH_FASTCALL,
      "A series' blocks re-keyed to id // factor, neighbours on one id summed, as "
      "stats._coalesce; None to decline."},

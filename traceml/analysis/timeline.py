@@ -15,6 +15,7 @@ of merges instead of being a guess from the halves. Pure arithmetic: no I/O, no 
 from __future__ import annotations
 
 import bisect
+import dataclasses
 import functools
 import itertools
 import math
@@ -253,6 +254,35 @@ class SortedSketch:
         return _bucket_value(self.items[min(at, len(self.items) - 1)][0])
 
 
+_WINDOW_FIELDS = (
+    "first_step",
+    "last_step",
+    "steps",
+    "mean_ms",
+    "p50_ms",
+    "p95_ms",
+    "max_ms",
+    "phase_ms",
+    "host_rss_mb",
+    "device_allocated_mb",
+    "sketch",
+)
+"""TimelineWindow's fields in the order _fold.c's window_freeze computes them."""
+
+
+def _c_window() -> Callable[..., TimelineWindow | None] | None:
+    """_fold.c's window_freeze when built, allowed and made for this module's window layout and
+    TimelineWindow's fields, else None."""
+    c = fold_module()
+    fields = tuple(f.name for f in dataclasses.fields(TimelineWindow))
+    if c is None or c.SLOTS != _SIZE or fields != _WINDOW_FIELDS:
+        return None
+    return getattr(c, "window_freeze", None)
+
+
+_C_WINDOW = _c_window()
+
+
 class _Open:
     """One window being folded: the flat numbers plus its sketch."""
 
@@ -278,6 +308,16 @@ class _Open:
             _collapse(sketch)
 
     def freeze(self) -> TimelineWindow:
+        """This window's TimelineWindow: in C when it is built (_fold.window_freeze, the same
+        values), else `freeze_py`."""
+        if _C_WINDOW is not None:
+            got = _C_WINDOW(self.nums, self.sketch, _GAMMA, TimelineWindow, _WINDOW_FIELDS)
+            if got is not None:
+                return got
+        return self.freeze_py()
+
+    def freeze_py(self) -> TimelineWindow:
+        """The reference of `freeze` (and of _fold.c's window_freeze)."""
         v, n = self.nums, int(self.nums[_N])
         frozen = _C_FREEZE(self.sketch, n, _GAMMA) if _C_FREEZE is not None else None
         if frozen is None:
