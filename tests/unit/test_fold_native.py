@@ -277,12 +277,17 @@ def test_a_run_folds_to_the_same_summary_either_way(monkeypatch: pytest.MonkeyPa
     for r in rng.sample(range(20_000), 200):  # held by TraceML's work, or waiting on all-reduce
         records[r] = records[r]._replace(held_ms=0.3, comm_wait_ms=rng.choice([None, 0.7]))
     seen = []
+    c_sketch, c_window, c_merge = timeline._C_FREEZE, timeline._C_WINDOW, timeline._C_MERGE
+    assert c_sketch is not None and c_window is not None and c_merge is not None
     for on in (False, True):
         monkeypatch.setattr(batch, "_C_FACTS", batch._C_FACTS if on else None)
         monkeypatch.setattr(stats, "_C", native.fold_module() if on else None)
         monkeypatch.setattr(timeline, "_C_FOLD", c_fold if on else None)
         monkeypatch.setattr(spikes, "_C_SCAN", spikes._c_scan() if on else None)
         monkeypatch.setattr(spikes, "_C_MEDIAN", spikes._c_median() if on else None)
+        monkeypatch.setattr(timeline, "_C_FREEZE", c_sketch if on else None)
+        monkeypatch.setattr(timeline, "_C_WINDOW", c_window if on else None)
+        monkeypatch.setattr(timeline, "_C_MERGE", c_merge if on else None)
         store = RunStore(history_steps=512)
         for lo in range(0, len(records), 625):
             store.add_steps(records[lo : lo + 625])
@@ -580,6 +585,59 @@ def test_the_c_window_freeze_is_the_python_one(seed: int) -> None:
     frozen = line._open[0].freeze()
     with pytest.raises(dataclasses.FrozenInstanceError):
         frozen.steps = 0  # type: ignore[misc]
+
+
+def copy_window(part: timeline._Open) -> timeline._Open:
+    out = timeline._Open(0)
+    out.nums, out.sketch = list(part.nums), dict(part.sketch)
+    return out
+
+
+def exact_nums(nums: list[float]) -> list[tuple[str, object]]:
+    return [(type(v).__name__, v.hex() if isinstance(v, float) else v) for v in nums]
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_the_c_window_merge_is_the_python_one(seed: int) -> None:
+    """Any two windows of random runs merge to the same slots (each value's type and bits:
+    the id, first and last steps stay the objects min() and max() pick) and the same sketch,
+    bucket order included, collapsed or not."""
+    c_merge = timeline._C_MERGE
+    assert c_merge is not None, "the C fold is not built: run `make install`"
+    rng = random.Random(seed)
+    line = Timeline(capacity=rng.choice((4, 16, 256)))
+    line.extend(random_record(s, rng) for s in range(4_000))
+    line.windows()
+    parts = line._open
+    for _ in range(200):
+        a, b = rng.choice(parts), rng.choice(parts)
+        ours, ref = copy_window(a), copy_window(a)
+        ours.merge(copy_window(b))
+        ref.merge_py(copy_window(b))
+        assert exact_nums(ours.nums) == exact_nums(ref.nums)
+        assert list(ours.sketch.items()) == list(ref.sketch.items())
+    merged = copy_window(parts[0])
+    assert c_merge(merged.nums, merged.sketch, list(parts[-1].nums), dict(parts[-1].sketch))
+
+
+def test_the_c_window_merge_declines_what_it_does_not_model() -> None:
+    c_merge = timeline._C_MERGE
+    assert c_merge is not None
+    line = Timeline()
+    line.extend(random_record(s, random.Random(s)) for s in range(1, 9))
+    line.windows()
+    a, b = line._open[0], line._open[1]
+    before = (list(a.nums), dict(a.sketch))
+    for args in (
+        (a.nums[:-1], a.sketch, b.nums, b.sketch),  # another window layout
+        (a.nums, a.sketch, [*b.nums[:4], "x", *b.nums[5:]], b.sketch),
+        (a.nums, a.sketch, b.nums, {1.5: 1}),
+        (a.nums, a.sketch, b.nums, {1: 1.0}),
+        (a.nums, a.sketch, a.nums, b.sketch),  # a window into itself
+        (tuple(a.nums), a.sketch, b.nums, b.sketch),
+    ):
+        assert c_merge(*args) is False
+    assert (a.nums, a.sketch) == before
 
 
 def test_the_c_window_freeze_declines_what_it_does_not_model() -> None:

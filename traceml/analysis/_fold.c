@@ -10,6 +10,7 @@
  *                  median after it;
  *   sketch_freeze  timeline.SortedSketch's p50, p95 and sorted buckets, as a window freezes;
  *   window_freeze  timeline._Open.freeze: a window's TimelineWindow, sketch and all;
+ *   window_merge   timeline._Open.merge: one window folded into another (a halving);
  *   coalesce       stats._coalesce: a series' blocks re-keyed to a coarser stride (a halving);
  *   batch_facts    batch.batch_facts: what the store asks of a batch before folding it.
  *
@@ -42,6 +43,7 @@
 #define RECORD_FIELDS 10 /* at least these: rank .. device_peak_mb */
 
 /* An open window's slots (timeline._ID ... _PH; phase sums at PH + i, counts at PH + NP + i) */
+#define S_ID 0
 #define S_FIRST 1
 #define S_LAST 2
 #define S_N 3
@@ -1252,6 +1254,95 @@ batch_facts(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
                          PyBool_FromLong(comm), due);
 }
 
+/* window_merge(a_nums, a_sketch, b_nums, b_sketch) -> bool: timeline._Open.merge_py's
+ * arithmetic in C: window b folded into window a (a's id kept; first, last and max the lesser
+ * or greater object, as min() and max() pick them; every other slot a[i] + b[i]; b's sketch
+ * counts added to a's, new buckets after a's in b's order). Collapsing an oversized sketch is
+ * left to the caller. False, nothing changed, for input it does not model. A halving merges
+ * 128 pairs of windows, each a Python loop over its sketch's buckets. */
+static PyObject *
+window_merge(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)module;
+    if (nargs != 4 || !PyList_CheckExact(args[0]) || !PyDict_CheckExact(args[1]) ||
+        !PyList_CheckExact(args[2]) || !PyDict_CheckExact(args[3]) || args[0] == args[2] ||
+        args[1] == args[3] || PyList_GET_SIZE(args[0]) != SLOTS ||
+        PyList_GET_SIZE(args[2]) != SLOTS) {
+        Py_RETURN_FALSE;
+    }
+    PyObject *a = args[0], *sa = args[1], *b = args[2], *sb = args[3];
+    for (int i = 0; i < SLOTS; i++) {
+        PyObject *x = PyList_GET_ITEM(a, i), *y = PyList_GET_ITEM(b, i);
+        if (!(PyFloat_CheckExact(x) || PyLong_CheckExact(x)) ||
+            !(PyFloat_CheckExact(y) || PyLong_CheckExact(y))) {
+            Py_RETURN_FALSE;
+        }
+    }
+    Py_ssize_t pos = 0;
+    PyObject *key, *n;
+    while (PyDict_Next(sb, &pos, &key, &n)) {
+        if (!PyLong_CheckExact(key) || !PyLong_CheckExact(n)) {
+            Py_RETURN_FALSE;
+        }
+    }
+    pos = 0;
+    while (PyDict_Next(sa, &pos, &key, &n)) {
+        if (!PyLong_CheckExact(n)) {
+            Py_RETURN_FALSE;
+        }
+    }
+    /* The slots that keep an object: min() keeps its first argument unless the second is
+     * smaller, max() unless it is greater. */
+    static const int kept_at[3] = {S_FIRST, S_LAST, S_MAX};
+    static const int kept_op[3] = {Py_LT, Py_GT, Py_GT};
+    PyObject *kept[3];
+    for (int k = 0; k < 3; k++) {
+        PyObject *x = PyList_GET_ITEM(a, kept_at[k]), *y = PyList_GET_ITEM(b, kept_at[k]);
+        int swap = PyObject_RichCompareBool(y, x, kept_op[k]);
+        if (swap < 0) {
+            return NULL;
+        }
+        kept[k] = swap ? y : x; /* borrowed: a and b hold them */
+    }
+    PyObject *sums[SLOTS] = {NULL};
+    for (int i = 0; i < SLOTS; i++) {
+        if (i == S_ID || i == S_FIRST || i == S_LAST || i == S_MAX) {
+            continue;
+        }
+        sums[i] = PyNumber_Add(PyList_GET_ITEM(a, i), PyList_GET_ITEM(b, i));
+        if (sums[i] == NULL) {
+            for (int j = 0; j < i; j++) {
+                Py_XDECREF(sums[j]);
+            }
+            return NULL;
+        }
+    }
+    for (int k = 0; k < 3; k++) {
+        sums[kept_at[k]] = Py_NewRef(kept[k]);
+    }
+    for (int i = 0; i < SLOTS; i++) {
+        if (sums[i] != NULL) {
+            PyObject *old = PyList_GET_ITEM(a, i);
+            PyList_SET_ITEM(a, i, sums[i]);
+            Py_DECREF(old);
+        }
+    }
+    pos = 0;
+    while (PyDict_Next(sb, &pos, &key, &n)) {
+        PyObject *cur = PyDict_GetItemWithError(sa, key);
+        if (cur == NULL && PyErr_Occurred()) {
+            return NULL;
+        }
+        PyObject *total = cur != NULL ? PyNumber_Add(cur, n) : Py_NewRef(n);
+        if (total == NULL || PyDict_SetItem(sa, key, total) < 0) {
+            Py_XDECREF(total);
+            return NULL;
+        }
+        Py_DECREF(total);
+    }
+    Py_RETURN_TRUE;
+}
+
 /* One block of a series, checked: an exact list of `width` exact floats whose first item (the
  * block id) is a whole number in [0, 2**53). Sets *id. */
 static int
@@ -1362,6 +1453,9 @@ static PyMethodDef module_methods[] = {
      "(p50, p95, sorted (key, count) pairs) of a timeline sketch; None to decline."},
     {"window_freeze", (PyCFunction)(void (*)(void))window_freeze, METH_FASTCALL,
      "A timeline window's TimelineWindow, as timeline._Open.freeze makes it; None to decline."},
+    {"window_merge", (PyCFunction)(void (*)(void))window_merge, METH_FASTCALL,
+     "Window b's nums and sketch folded into window a's, as timeline._Open.merge_py does "
+     "(without collapsing the sketch); False (nothing changed) to decline."},
     {"coalesce", (PyCFunction)(void (*)(void))coalesce, METH_FASTCALL,
      "A series' blocks re-keyed to id // factor, neighbours on one id summed, as "
      "stats._coalesce; None to decline."},

@@ -48,3 +48,6 @@ def coalesce(blocks: list[list[float]], factor: int, /) -> list[list[float]] | N
 def window_freeze(
     nums: list[float], sketch: dict[int, int], gamma: float, cls: type, names: tuple[str, ...], /
 ) -> object | None: ...
+def window_merge(
+    a_nums: list[float], a_sketch: dict[int, int], b_nums: list[float], b_sketch: dict[int, int], /
+) -> bool: ...

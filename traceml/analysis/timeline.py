@@ -281,6 +281,9 @@ def _c_window() -> Callable[..., TimelineWindow | None] | None:
 
 
 _C_WINDOW = _c_window()
+_C_MERGE: Callable[[list[float], dict[int, int], list[float], dict[int, int]], bool] | None
+_C_MERGE = getattr(fold_module(), "window_merge", None) if _C_WINDOW is not None else None
+"""_fold.c's window_merge, on the same conditions as window_freeze, or None."""
 
 
 class _Open:
@@ -296,7 +299,15 @@ class _Open:
         self.sketch: dict[int, int] = {}
 
     def merge(self, other: _Open) -> None:
-        """Fold `other` in (halving merges 512 pairs per rank at once: kept at C speed)."""
+        """Fold `other` in: in C when it is built (_fold.window_merge, the same values and
+        bucket order), else `merge_py`. A halving merges 128 pairs per rank at once."""
+        if _C_MERGE is None or not _C_MERGE(self.nums, self.sketch, other.nums, other.sketch):
+            self.merge_py(other)
+        elif len(self.sketch) > SKETCH_BUCKETS:
+            _collapse(self.sketch)
+
+    def merge_py(self, other: _Open) -> None:
+        """The reference of `merge` (and of _fold.c's window_merge)."""
         a, b = self.nums, other.nums
         kept = (a[_ID], min(a[_FIRST], b[_FIRST]), max(a[_LAST], b[_LAST]), max(a[_MAX], b[_MAX]))
         a[:] = map(operator.add, a, b)
