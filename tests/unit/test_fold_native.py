@@ -27,7 +27,7 @@ from traceml.analysis.store import RunStore
 from traceml.analysis.timeline import Timeline
 from traceml.records import PHASES, StepRecord
 
-c_fold = timeline._c_fold()
+c_fold = timeline._c_slots("timeline_fold")
 
 
 def test_the_c_fold_is_built_and_chosen() -> None:
@@ -37,7 +37,7 @@ def test_the_c_fold_is_built_and_chosen() -> None:
 
 def test_without_the_c_build_the_python_fold_serves(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "traceml.analysis._fold", None)  # import -> ImportError
-    assert timeline._c_fold() is None
+    assert timeline._c_slots("timeline_fold") is None
     assert spikes._c_scan() is None
 
 
@@ -69,14 +69,16 @@ def test_a_build_for_another_window_layout_is_not_used(monkeypatch: pytest.Monke
     """A .so built for another window layout would write sums into the wrong slots."""
     stale = stale_build(monkeypatch, slots=22, n_phases=len(PHASES))
     assert native.fold_module() is stale, "its record layout and phases are right"
-    assert timeline._c_fold() is None
+    assert timeline._c_slots("timeline_fold") is None
+    assert timeline._c_slots("window_merge") is None
+    assert timeline._c_window() is None
     assert spikes._c_scan() is None, "a build from before spike_scan: the chunks judge"
 
 
 def test_a_build_for_other_phases_is_not_used(monkeypatch: pytest.MonkeyPatch) -> None:
     stale_build(monkeypatch, slots=timeline._SIZE, n_phases=len(PHASES) - 1)
     assert native.fold_module() is None
-    assert timeline._c_fold() is None
+    assert timeline._c_slots("timeline_fold") is None
     assert spikes._c_median() is None
     assert spikes._c_scan() is None
 
@@ -186,9 +188,9 @@ def test_the_python_fold_raises_what_the_c_fold_declines(monkeypatch: pytest.Mon
 
 def test_trace_ml_c_timer_0_turns_the_c_fold_off(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("TRACEML_C_TIMER", "0")
-    assert timeline._c_fold() is None
+    assert timeline._c_slots("timeline_fold") is None
     monkeypatch.setenv("TRACEML_C_TIMER", "1")
-    assert timeline._c_fold() is c_fold
+    assert timeline._c_slots("timeline_fold") is c_fold
 
 
 def stats_state(ws: WindowStats) -> tuple[object, ...]:

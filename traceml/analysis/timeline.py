@@ -56,17 +56,18 @@ _PH = 10
 _SIZE = _PH + 2 * _NP
 
 
-def _c_fold() -> Callable[..., bool] | None:
-    """_fold.c's timeline_fold when built and allowed (native.fold_module) for this module's
-    window layout, else None."""
+def _c_slots(name: str) -> Callable[..., Any] | None:
+    """_fold.c's function `name`, one that reads or writes an open window's slots, when built
+    (a build from before it lacks it), allowed (native.fold_module) and made for this module's
+    window layout; else None."""
     c = fold_module()
     if c is None or c.SLOTS != _SIZE:  # another window layout: a stale build
         return None
-    fold: Callable[..., bool] = c.timeline_fold
-    return fold
+    part: Callable[..., Any] | None = getattr(c, name, None)
+    return part
 
 
-_C_FOLD = _c_fold()
+_C_FOLD: Callable[..., bool] | None = _c_slots("timeline_fold")
 _STEP = operator.attrgetter("step")
 _Frozen = tuple[float, float, tuple[tuple[int, int], ...]]
 """A sketch's p50, p95 and its (bucket, count) pairs in bucket order."""
@@ -271,19 +272,14 @@ _WINDOW_FIELDS = (
 
 
 def _c_window() -> Callable[..., TimelineWindow | None] | None:
-    """_fold.c's window_freeze when built, allowed and made for this module's window layout and
-    TimelineWindow's fields, else None."""
-    c = fold_module()
+    """_fold.c's window_freeze (`_c_slots`) while TimelineWindow's fields are those it sets."""
     fields = tuple(f.name for f in dataclasses.fields(TimelineWindow))
-    if c is None or c.SLOTS != _SIZE or fields != _WINDOW_FIELDS:
-        return None
-    return getattr(c, "window_freeze", None)
+    return _c_slots("window_freeze") if fields == _WINDOW_FIELDS else None
 
 
 _C_WINDOW = _c_window()
 _C_MERGE: Callable[[list[float], dict[int, int], list[float], dict[int, int]], bool] | None
-_C_MERGE = getattr(fold_module(), "window_merge", None) if _C_WINDOW is not None else None
-"""_fold.c's window_merge, on the same conditions as window_freeze, or None."""
+_C_MERGE = _c_slots("window_merge")
 
 
 class _Open:
