@@ -41,6 +41,7 @@
 #define F_COMM 10
 #define F_HELD 11
 #define RECORD_FIELDS 10 /* at least these: rank .. device_peak_mb */
+#define EXACT_INT 9007199254740992.0 /* 2**53: whole numbers below it are exact as doubles */
 
 /* An open window's slots (timeline._ID ... _PH; phase sums at PH + i, counts at PH + NP + i) */
 #define S_ID 0
@@ -1136,7 +1137,7 @@ window_freeze(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         }
         else if (!sum && PyLong_CheckExact(x)) {
             v[i] = PyLong_AsDouble(x);
-            if ((v[i] == -1.0 && PyErr_Occurred()) || fabs(v[i]) >= 9007199254740992.0) {
+            if ((v[i] == -1.0 && PyErr_Occurred()) || fabs(v[i]) >= EXACT_INT) {
                 PyErr_Clear();
                 Py_RETURN_NONE;
             }
@@ -1146,7 +1147,7 @@ window_freeze(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         }
     }
     /* A window holds at least one step, with finite first and last steps. */
-    if (!(v[S_N] >= 1.0 && v[S_N] < 9007199254740992.0) || !isfinite(v[S_FIRST]) ||
+    if (!(v[S_N] >= 1.0 && v[S_N] < EXACT_INT) || !isfinite(v[S_FIRST]) ||
         !isfinite(v[S_LAST])) {
         Py_RETURN_NONE;
     }
@@ -1357,7 +1358,7 @@ block_ok(PyObject *block, Py_ssize_t width, long long *id)
         }
     }
     double v = PyFloat_AS_DOUBLE(PyList_GET_ITEM(block, 0));
-    if (!(v >= 0.0 && v < 9007199254740992.0) || v != floor(v)) {
+    if (!(v >= 0.0 && v < EXACT_INT) || v != floor(v)) {
         return 0;
     }
     *id = (long long)v;
