@@ -622,13 +622,18 @@ def test_the_c_window_merge_is_the_python_one(seed: int) -> None:
     assert c_merge(merged.nums, merged.sketch, list(parts[-1].nums), dict(parts[-1].sketch))
 
 
-def test_the_c_window_merge_declines_what_it_does_not_model() -> None:
-    c_merge = timeline._C_MERGE
-    assert c_merge is not None
+def eight_windows() -> list[timeline._Open]:
+    """The open windows of a timeline of steps 1-8, one window each (stride 1), folded."""
     line = Timeline()
     line.extend(random_record(s, random.Random(s)) for s in range(1, 9))
     line.windows()
-    a, b = line._open[0], line._open[1]
+    return line._open
+
+
+def test_the_c_window_merge_declines_what_it_does_not_model() -> None:
+    c_merge = timeline._C_MERGE
+    assert c_merge is not None
+    a, b, *_ = eight_windows()
     before = (list(a.nums), dict(a.sketch))
     for args in (
         (a.nums[:-1], a.sketch, b.nums, b.sketch),  # another window layout
@@ -645,10 +650,7 @@ def test_the_c_window_merge_declines_what_it_does_not_model() -> None:
 def test_the_c_window_freeze_declines_what_it_does_not_model() -> None:
     c_window = timeline._C_WINDOW
     assert c_window is not None
-    line = Timeline()
-    line.extend(random_record(s, random.Random(s)) for s in range(1, 9))
-    line.windows()
-    part = line._open[0]
+    part = eight_windows()[0]
     names, cls, gamma = timeline._WINDOW_FIELDS, timeline.TimelineWindow, timeline._GAMMA
     assert c_window(part.nums, part.sketch, gamma, cls, names) is not None
     empty = timeline._Open(0)
