@@ -1,8 +1,10 @@
-"""What the benchmarks share: the small MLP training loop they time, and a percentile."""
+"""What the benchmarks share: the MLP training loop they time, a percentile, a standard error."""
 
 from __future__ import annotations
 
+import math
 import os
+import statistics
 import time
 from typing import Any
 
@@ -11,6 +13,15 @@ def pct(values: list[float], q: float) -> float:
     """The q-quantile (0..1) of `values`, nearest rank below."""
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def stderr(diffs: list[float]) -> float:
+    """The standard error of the mean of `diffs` (an arm's per-round differences from bare):
+    their spread over the rounds, where one bare pair's difference is one draw of the noise.
+    NaN for fewer than two."""
+    if len(diffs) < 2:
+        return math.nan
+    return statistics.stdev(diffs) / math.sqrt(len(diffs))
 
 
 class Loop:

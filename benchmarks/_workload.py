@@ -1,9 +1,11 @@
 """The training script every overhead run executes: the same loop bare, traced, or under the peer.
 
 Run by benchmarks/overhead.py, layers.py and distributed.py, never by hand. Usage:
-    python _workload.py {bare|traceml|init|init-unpatched|peer} STEPS WIDTH BATCH OUT
+    python _workload.py {bare|traceml|traceml-asleep|init|init-unpatched|peer} STEPS WIDTH BATCH OUT
 `bare` never imports traceml; `traceml` calls `traceml.init(mode="auto")` and `trace_step` (under
 `traceml run`, init was already done by the launcher's bootstrap and this call is ignored);
+`traceml-asleep` does the same with the tx thread asleep through the loop (no tick: it converts,
+folds and publishes every step at the exit, which is not timed);
 `init` calls init and never trace_step; `init-unpatched` also removes init's patches;
 `peer` does the same with `traceml_ai` 0.5.0. Under torchrun (WORLD_SIZE > 1) the model is wrapped
 in DDP over gloo. Each rank writes its per-step wall times (µs, end of one step to end of the next,
@@ -44,8 +46,13 @@ def main(argv: list[str]) -> None:
         dist.init_process_group("gloo")
         out = f"{out}.{dist.get_rank()}"
     tm = None
-    if mode == "traceml":
+    if mode in ("traceml", "traceml-asleep"):
         import traceml as tm
+
+        if mode == "traceml-asleep":
+            from traceml.instrument import worker
+
+            worker.TICK_S = 1e9
     elif mode == "peer":
         import traceml_ai as tm  # type: ignore[import-not-found, no-redef]
     if tm is not None:

@@ -13,10 +13,18 @@ per arm and round, the arms interleaved:
   init               traceml.init(mode="auto") and no trace_step: every patch passes through
                      outside a step
   trace_step         init and trace_step(model) around every step
+  trace_step, tx asleep
+                     the same with TraceML's tx thread asleep through the loop: it converts,
+                     folds and publishes every step after the last (not timed), so the
+                     difference from trace_step is what its work costs the steps
 
 Per arm: the mean of every step after the first 50 of every round, and the p99, as added to the
-mean of bare A and B. Processes are started and their steps read as overhead.py does (the same
-command, environment and warm-up cut).
+mean of bare A and B; beside the mean, the standard error of the arm's per-round difference from
+that round's bare processes, a better measure of the noise than one bare pair's difference.
+Processes are started and their steps read as overhead.py does (the same command, environment
+and warm-up cut). The last two columns split off the long steps (over 2.5x their process's
+median): how many there are and what they add to the mean; the rest of an arm's added mean is a
+shift of every step.
 """
 
 from __future__ import annotations
@@ -27,7 +35,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from _common import byte_compile, pct
+from _common import byte_compile, pct, stderr
 from overhead import Arm, command, env_for, read_steps
 
 ARMS = (
@@ -36,6 +44,7 @@ ARMS = (
     Arm("init, unpatched", "init-unpatched"),
     Arm("init", "init"),
     Arm("trace_step", "traceml"),
+    Arm("trace_step, tx asleep", "traceml-asleep"),
 )
 
 
@@ -44,30 +53,78 @@ def main() -> None:
     ap.add_argument("--pairs", type=int, default=4, help="rounds of every arm")
     ap.add_argument("--steps", type=int, default=10_000)
     ap.add_argument("--width", type=int, default=16, help="MLP width (16: ~0.4 ms a step here)")
+    ap.add_argument(
+        "--skip-init",
+        action="store_true",
+        help="leave out the two init arms (bare, trace_step and the tx thread asleep only)",
+    )
     args = ap.parse_args()
+    arms = [a for a in ARMS if not (args.skip_init and a.mode.startswith("init"))]
     print(f"TraceML {byte_compile()}")
-    steps: dict[str, list[float]] = {arm.name: [] for arm in ARMS}
+    steps: dict[str, list[float]] = {arm.name: [] for arm in arms}
+    rounds: dict[str, list[float]] = {arm.name: [] for arm in arms}  # each process's mean
+    longs: dict[str, list[tuple[float, float]]] = {arm.name: [] for arm in arms}
     with tempfile.TemporaryDirectory() as tmp:
         for r in range(args.pairs):
-            for arm in ARMS:
+            for arm in arms if r % 2 == 0 else arms[::-1]:
                 out = Path(tmp) / f"{arm.mode}-{r}"
                 cmd = command(arm, args.steps, args.width, out)
                 env = env_for(arm, Path(tmp), None)
                 subprocess.run(cmd, check=True, env=env, cwd=tmp, capture_output=True)
-                steps[arm.name] += read_steps(out)
+                got = read_steps(out)
+                steps[arm.name] += got
+                rounds[arm.name].append(statistics.fmean(got))
+                longs[arm.name].append(long_steps(got))
     means = {arm: statistics.fmean(v) for arm, v in steps.items()}
     p99s = {arm: pct(v, 0.99) for arm, v in steps.items()}
     bare, bare_p99 = (means["bare A"] + means["bare B"]) / 2, (p99s["bare A"] + p99s["bare B"]) / 2
     noise = abs(means["bare A"] - means["bare B"])
+    bare_rounds = [(a + b) / 2 for a, b in zip(rounds["bare A"], rounds["bare B"], strict=True)]
     print(
         f"MLP width {args.width}: {args.pairs} rounds x {args.steps:,} steps a process per arm;"
         f" µs per step (bare absolute, others added; noise = |bare A - bare B| = {noise:.1f})"
     )
-    print(f"  {'':<18} {'mean step':>10} {'p99 step':>10}")
-    print(f"  {'bare':<18} {bare:>10.1f} {bare_p99:>10.0f}")
-    for arm in ARMS[2:]:
+    print(
+        f"  {'':<22} {'mean step':>10} {'± se':>6} {'p99 step':>10}"
+        f" {'long /10k':>10} {'their µs/step':>14}"
+    )
+
+    def long_cells(name: str) -> str:
+        per_10k, excess = (statistics.fmean(v) for v in zip(*longs[name], strict=True))
+        return f" {per_10k:>10.1f} {excess:>14.2f}"
+
+    print(f"  {'bare':<22} {bare:>10.1f} {'':>6} {bare_p99:>10.0f}{long_cells('bare A')}")
+    ab = stderr([a - b for a, b in zip(rounds["bare A"], rounds["bare B"], strict=True)])
+    print(f"  {'bare A - bare B':<22} {means['bare A'] - means['bare B']:>+10.1f} {ab:>6.1f}")
+    for arm in arms[2:]:
         p99 = (p99s[arm.name] / bare_p99 - 1) * 100
-        print(f"  {arm.name:<18} {means[arm.name] - bare:>+10.1f} {p99:>+9.0f}%")
+        se = stderr([m - b for m, b in zip(rounds[arm.name], bare_rounds, strict=True)])
+        print(
+            f"  {arm.name:<22} {means[arm.name] - bare:>+10.1f} {se:>6.1f} {p99:>+9.0f}%"
+            f"{long_cells(arm.name)}"
+        )
+    print(
+        "  ± se: the standard error of the arm's difference from bare over the rounds (each"
+        " round's\n  processes ran back to back): about 2 se either side holds the true difference"
+        " if rounds are alike."
+    )
+    print(
+        f"  long: steps over {LONG_X:g}x their process's median step, per 10,000 steps, and what"
+        " they add to the\n  mean step over that median (bare: bare A's). TraceML's tx thread"
+        " holding the GIL shows here."
+    )
+
+
+LONG_X = 2.5
+"""A step this many times its process's median is a long one: a GIL hold of TraceML's tx thread
+(1-5 ms at a 0.4 ms step), a garbage collection, the host taking the core."""
+
+
+def long_steps(steps: list[float]) -> tuple[float, float]:
+    """(long steps per 10,000, their excess over the median, µs per step) of one process."""
+    median = statistics.median(steps)
+    excess = [x - median for x in steps if x > LONG_X * median]
+    return len(excess) / len(steps) * 1e4, sum(excess) / len(steps)
 
 
 if __name__ == "__main__":

@@ -24,7 +24,9 @@ processes (the launcher with its live view, the job collector, torchrun's agent;
 reading of each, see _procs.py), read directly because the all-processes slope less the
 training one is the difference of two noisy figures; and the intercept of the wall time
 (start-up plus exit). Every traced figure is shown as added to the mean of bare A and B, with
-|A - B| as the noise.
+|A - B| as the noise. Under the table, the mean step's standard error over the rounds (each
+arm's long run against its round's bare pair): with 3 or more rounds, a better measure of the
+noise than one pair's difference.
 `--start-exit N` instead runs every arm N times at 20 steps, interleaved, and prints the wall
 time each adds to bare (median, mean, max): start-up and exit alone, with more samples than the
 intercept column can have.
@@ -44,7 +46,7 @@ from array import array
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from _common import Loop, byte_compile, pct
+from _common import Loop, byte_compile, pct, stderr
 from _procs import RunResult, run_measured
 
 HERE = Path(__file__).resolve().parent
@@ -72,6 +74,8 @@ class Samples:
     long: list[RunResult] = field(default_factory=list)
     steps: dict[int, list[float]] = field(default_factory=dict)
     """Per-step µs of the long runs after WARMUP_STEPS, pooled, by rank."""
+    round_means: dict[int, list[float]] = field(default_factory=dict)
+    """The mean of each long run's steps, round by round, by rank."""
 
 
 def arms(peer_bin: Path | None) -> list[Arm]:
@@ -142,7 +146,9 @@ def measure(
                 else:
                     sample.long.append(got)
                     for r, path in enumerate(per_rank):
-                        sample.steps.setdefault(r, []).extend(read_steps(path))
+                        got_steps = read_steps(path)
+                        sample.steps.setdefault(r, []).extend(got_steps)
+                        sample.round_means.setdefault(r, []).append(statistics.fmean(got_steps))
                 own = [Path(f"{path}.cpu").read_text().split() for path in per_rank]
                 training = {int(pid) for _, pid in own}
                 got.by_role["training"] = sum(float(cpu) for cpu, _ in own)
@@ -211,6 +217,7 @@ def print_table(
 ) -> None:
     """One block of the table; step figures of `rank`, wall and CPU of the whole run."""
     figs = {name: figures(s, lengths, rank) for name, s in res.items()}
+    se = round_stderr(res, rank)
     a, b = figs.pop("bare A"), figs.pop("bare B")
     fields = ("mean", "p99", "max", "wall", "cpu", "train_cpu", "other_cpu", "fixed")
     bare = {f: (getattr(a, f) + getattr(b, f)) / 2 for f in fields}
@@ -247,6 +254,31 @@ def print_table(
             f" {cell('train_cpu', added['train_cpu']):>17}"
             f" {cell('other_cpu', added['other_cpu']):>17} {cell('fixed', added['fixed'], 15)}"
         )
+    if se:
+        print(
+            "  mean step's standard error over the rounds (each arm's difference from its round's"
+            " bare pair; bare A - bare B's own): "
+            + ", ".join(f"{name} {v:.1f}" for name, v in se.items())
+        )
+
+
+def round_stderr(res: dict[str, Samples], rank: int = 0) -> dict[str, float]:
+    """For each arm but bare, the standard error of its mean step's difference from the bare
+    pair's mean, round by round; for "bare A - bare B", that of their difference. One bare
+    pair's difference is one draw of the noise; this is its spread over every round. Empty
+    with fewer than two rounds."""
+    bare_a = res["bare A"].round_means.get(rank, [])
+    bare_b = res["bare B"].round_means.get(rank, [])
+    if len(bare_a) < 2 or len(bare_a) != len(bare_b):
+        return {}
+    bare = [(x + y) / 2 for x, y in zip(bare_a, bare_b, strict=True)]
+    out = {"bare A - bare B": stderr([x - y for x, y in zip(bare_a, bare_b, strict=True)])}
+    for name, s in res.items():
+        means = s.round_means.get(rank, [])
+        if name.startswith("bare") or len(means) != len(bare):
+            continue
+        out[name] = stderr([m - b for m, b in zip(means, bare, strict=True)])
+    return out
 
 
 # -- start-up plus exit -------------------------------------------------------------------------
