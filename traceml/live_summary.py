@@ -3,7 +3,9 @@
 Runs on whichever thread asks. The store is written by the tx thread only; the summary is built
 under the store's own (reentrant) lock, so every number comes from one instant of the run. The
 tx thread waits while it is built (a few ms); the training thread never does, since it only
-appends to a bounded buffer that the tx thread drains.
+appends to a bounded buffer that the tx thread drains. First the tx thread is asked to fold the
+steps queued so far (`TxWorker.flush`, at most FLUSH_WAIT_S), so a summary asked for right
+after a step counts it, where it would miss up to a tick (0.5 s) of steps.
 """
 
 from __future__ import annotations
@@ -14,6 +16,10 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from traceml.instrument.session import Session
+
+FLUSH_WAIT_S = 1.0
+"""How long a summary waits for the tx thread to fold the queued steps (a few ms, one tick's
+fold); past it, the summary covers what was folded."""
 
 
 def session_summary(session: Session) -> dict[str, Any] | None:
@@ -30,6 +36,7 @@ def session_summary(session: Session) -> dict[str, Any] | None:
         return None
     from traceml.analysis.summary import build_summary
 
+    worker.flush(FLUSH_WAIT_S)
     store = worker.p.store
     with store.frozen():  # one instant of the run; see the module docstring
         return build_summary(

@@ -73,8 +73,7 @@ while (ls.poll() is None or viewer.poll() is None) and time.monotonic() < deadli
 print(json.dumps({{"ls": ls.communicate()[0], "viewer": viewer.communicate()[0]}}))
 """
 LIVE = """
-time.sleep(0.3)  # the tx thread folds every 20 ms
-live = traceml.summary()
+live = traceml.summary()  # right after the last step: summary() has the tx thread fold it now
 print(json.dumps({"summary": live, "done": done}))
 traceml.show()
 """

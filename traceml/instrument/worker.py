@@ -130,6 +130,13 @@ class TxWorker(threading.Thread):
         super().__init__(name="traceml-tx", daemon=True)
         self.p = parts
         self._stop_evt = threading.Event()
+        self._wake = threading.Event()
+        """Set to cut the wait short: by stop(), and by flush() for a tick now."""
+        self._ticked = threading.Condition()
+        self._asked = 0
+        """flush() requests so far, numbered (under _ticked)."""
+        self._served = 0
+        """The last request a finished tick had seen when it began: its steps are folded."""
         self._end: RankEnd | None = None
         self._pending: deque[tuple[RawStep, float]] = deque()
         self._next_step = 0
@@ -149,8 +156,26 @@ class TxWorker(threading.Thread):
         """Ask for the final drain, summary and close; True if it finished within `timeout`."""
         self._end = end
         self._stop_evt.set()
+        self._wake.set()
         self.done.wait(timeout)
         return self.done.is_set()
+
+    def flush(self, timeout: float) -> bool:
+        """Fold what the training thread queued so far, now, and wait (at most `timeout`) until
+        it is in the store; True if it is. For `traceml.summary()`, which would otherwise miss
+        up to a tick of steps. Never call it from this thread (it would wait for itself)."""
+        if self.done.is_set() or not self.is_alive() or threading.current_thread() is self:
+            return False
+        with self._ticked:
+            self._asked += 1
+            mine = self._asked
+            self._wake.set()
+            # A tick already under way may have drained the buffer before this request's steps
+            # were queued: only one that began after the request serves it.
+            return (
+                self._ticked.wait_for(lambda: self._served >= mine or self.done.is_set(), timeout)
+                and self._served >= mine
+            )
 
     def run(self) -> None:
         try:
@@ -162,12 +187,22 @@ class TxWorker(threading.Thread):
             # of its own instead of one step paying both (5-6 ms at a 0.4 ms step). Only a
             # wake-up late by half a tick runs them back to back.
             next_sys = next_progress = start + TICK_S / 2
-            while not self._stop_evt.wait(max(0.0, min(next_tick, next_sys) - time.monotonic())):
+            while True:
+                self._wake.wait(max(0.0, min(next_tick, next_sys) - time.monotonic()))
+                self._wake.clear()
+                if self._stop_evt.is_set():
+                    break
                 self._busy_from = time.perf_counter_ns()
                 now = time.monotonic()
-                if now >= next_tick:
+                if now >= next_tick or self._asked > self._served:
+                    with self._ticked:
+                        serving = self._asked
                     self._tick(final=False)
-                    next_tick = next_beat(next_tick, self._tick_s(), now)
+                    if now >= next_tick:
+                        next_tick = next_beat(next_tick, self._tick_s(), now)
+                    with self._ticked:
+                        self._served = serving
+                        self._ticked.notify_all()
                 else:
                     next_sys = next_beat(next_sys, SYSTEM_EVERY_S, now)
                     self._sample()
@@ -180,6 +215,8 @@ class TxWorker(threading.Thread):
             warn_once("tx thread", f"background thread stopped ({type(e).__name__}: {e})")
         finally:
             self.done.set()
+            with self._ticked:
+                self._ticked.notify_all()  # a flush() waiting on a tick that will not come
 
     def _tick_s(self) -> float:
         serving = any(getattr(sink, "busy", False) for sink in self.p.sinks)
