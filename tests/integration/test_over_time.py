@@ -97,9 +97,16 @@ def test_one_long_hang_is_named_and_leaves_the_verdict_to_the_typical_steps(
     extra = "    if i == 30:\n        time.sleep(2.5)  # one hang"
     summary, _ = run_script(tmp_path, 60, extra)
     spike = spikes_of(summary)
-    assert spike["evidence"]["steps"] == [30]
+    # The hang is the spike named. A loaded host can slow a few 5 ms steps past the spike
+    # threshold as well (a CI run of the whole suite saw steps 32 and 52 beside 30): those are
+    # real slow steps and are listed too, but none takes a fraction of the hang's time.
+    assert 30 in spike["evidence"]["steps"]
+    slow = {s["step"]: s["ms"] for s in summary["step_time"]["slowest"]}
+    assert slow[30] >= 2500 and all(ms < 1000 for step, ms in slow.items() if step != 30)
     assert spike["evidence"]["phase"] == "between"
-    assert spike["summary"].startswith("step 30 took")
+    alone = spike["evidence"]["count"] == 1
+    named = "step 30 took" if alone else "slowest step 30,"
+    assert named in spike["summary"], spike["summary"]
     assert summary["step_time"]["diagnosis"] == summary["primary"]["kind"] == "COMPUTE_BOUND"
     assert summary["step_time"]["slowest"][0]["step"] == 30
     assert summary["step_time"]["between_pct"] < 10
