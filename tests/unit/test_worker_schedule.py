@@ -1,4 +1,4 @@
-"""When the tx thread wakes: a tick (fold, publish, service) twice a second and, half a tick
+"""When the tx thread wakes: a tick (fold, publish, service) 4 times a second and, half a tick
 after, the once-a-second work (system sample, heartbeat finding), never in the same wake-up, so
 no step waits for both on the GIL."""
 

@@ -24,7 +24,7 @@ from traceml.instrument.timer import RawStep
 
 SPANS_KEPT = 256
 """Busy spans remembered: a step is converted within a tick or two of its end (CUDA steps can
-wait longer for their events), and the tx thread makes a few spans a tick, 2 ticks a second."""
+wait longer for their events), and the tx thread makes a few spans a tick, 4 ticks a second."""
 
 _END_NS = operator.itemgetter(2)
 """RawStep.end_ns, as a bisect key."""
