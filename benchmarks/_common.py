@@ -24,6 +24,23 @@ def stderr(diffs: list[float]) -> float:
     return statistics.stdev(diffs) / math.sqrt(len(diffs))
 
 
+def round_stderrs(rounds: dict[str, list[float]]) -> dict[str, float]:
+    """From each arm's mean step round by round ("bare A" and "bare B" among them): for every
+    other arm, the standard error of its difference from its round's bare pair; for
+    "bare A - bare B", that of their difference. One bare pair's difference is one draw of the
+    noise; this is its spread over every round. Empty with fewer than two rounds; an arm with a
+    round missing is left out."""
+    bare_a, bare_b = rounds["bare A"], rounds["bare B"]
+    if len(bare_a) < 2 or len(bare_a) != len(bare_b):
+        return {}
+    bare = [(x + y) / 2 for x, y in zip(bare_a, bare_b, strict=True)]
+    out = {"bare A - bare B": stderr([x - y for x, y in zip(bare_a, bare_b, strict=True)])}
+    for name, means in rounds.items():
+        if not name.startswith("bare") and len(means) == len(bare):
+            out[name] = stderr([m - b for m, b in zip(means, bare, strict=True)])
+    return out
+
+
 class Loop:
     """A small MLP trained on in-memory batches through a DataLoader; `width` sets how long a
     step takes, `ddp` wraps the model in DistributedDataParallel (a process group must exist)."""

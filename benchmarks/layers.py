@@ -30,12 +30,13 @@ shift of every step.
 from __future__ import annotations
 
 import argparse
+import math
 import statistics
 import subprocess
 import tempfile
 from pathlib import Path
 
-from _common import byte_compile, pct, stderr
+from _common import byte_compile, pct, round_stderrs
 from overhead import Arm, command, env_for, read_steps
 
 ARMS = (
@@ -79,7 +80,7 @@ def main() -> None:
     p99s = {arm: pct(v, 0.99) for arm, v in steps.items()}
     bare, bare_p99 = (means["bare A"] + means["bare B"]) / 2, (p99s["bare A"] + p99s["bare B"]) / 2
     noise = abs(means["bare A"] - means["bare B"])
-    bare_rounds = [(a + b) / 2 for a, b in zip(rounds["bare A"], rounds["bare B"], strict=True)]
+    se = round_stderrs(rounds)
     print(
         f"MLP width {args.width}: {args.pairs} rounds x {args.steps:,} steps a process per arm;"
         f" µs per step (bare absolute, others added; noise = |bare A - bare B| = {noise:.1f})"
@@ -94,13 +95,13 @@ def main() -> None:
         return f" {per_10k:>10.1f} {excess:>14.2f}"
 
     print(f"  {'bare':<22} {bare:>10.1f} {'':>6} {bare_p99:>10.0f}{long_cells('bare A')}")
-    ab = stderr([a - b for a, b in zip(rounds["bare A"], rounds["bare B"], strict=True)])
+    ab = se.get("bare A - bare B", math.nan)
     print(f"  {'bare A - bare B':<22} {means['bare A'] - means['bare B']:>+10.1f} {ab:>6.1f}")
     for arm in arms[2:]:
         p99 = (p99s[arm.name] / bare_p99 - 1) * 100
-        se = stderr([m - b for m, b in zip(rounds[arm.name], bare_rounds, strict=True)])
         print(
-            f"  {arm.name:<22} {means[arm.name] - bare:>+10.1f} {se:>6.1f} {p99:>+9.0f}%"
+            f"  {arm.name:<22} {means[arm.name] - bare:>+10.1f}"
+            f" {se.get(arm.name, math.nan):>6.1f} {p99:>+9.0f}%"
             f"{long_cells(arm.name)}"
         )
     print(

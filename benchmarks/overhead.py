@@ -46,7 +46,7 @@ from array import array
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from _common import Loop, byte_compile, pct, stderr
+from _common import Loop, byte_compile, pct, round_stderrs
 from _procs import RunResult, run_measured
 
 HERE = Path(__file__).resolve().parent
@@ -217,7 +217,7 @@ def print_table(
 ) -> None:
     """One block of the table; step figures of `rank`, wall and CPU of the whole run."""
     figs = {name: figures(s, lengths, rank) for name, s in res.items()}
-    se = round_stderr(res, rank)
+    se = round_stderrs({name: s.round_means.get(rank, []) for name, s in res.items()})
     a, b = figs.pop("bare A"), figs.pop("bare B")
     fields = ("mean", "p99", "max", "wall", "cpu", "train_cpu", "other_cpu", "fixed")
     bare = {f: (getattr(a, f) + getattr(b, f)) / 2 for f in fields}
@@ -260,25 +260,6 @@ def print_table(
             " bare pair; bare A - bare B's own): "
             + ", ".join(f"{name} {v:.1f}" for name, v in se.items())
         )
-
-
-def round_stderr(res: dict[str, Samples], rank: int = 0) -> dict[str, float]:
-    """For each arm but bare, the standard error of its mean step's difference from the bare
-    pair's mean, round by round; for "bare A - bare B", that of their difference. One bare
-    pair's difference is one draw of the noise; this is its spread over every round. Empty
-    with fewer than two rounds."""
-    bare_a = res["bare A"].round_means.get(rank, [])
-    bare_b = res["bare B"].round_means.get(rank, [])
-    if len(bare_a) < 2 or len(bare_a) != len(bare_b):
-        return {}
-    bare = [(x + y) / 2 for x, y in zip(bare_a, bare_b, strict=True)]
-    out = {"bare A - bare B": stderr([x - y for x, y in zip(bare_a, bare_b, strict=True)])}
-    for name, s in res.items():
-        means = s.round_means.get(rank, [])
-        if name.startswith("bare") or len(means) != len(bare):
-            continue
-        out[name] = stderr([m - b for m, b in zip(means, bare, strict=True)])
-    return out
 
 
 # -- start-up plus exit -------------------------------------------------------------------------
