@@ -48,6 +48,41 @@ def test_one_hang_names_its_step_and_leaves_the_verdict_alone() -> None:
     assert diag.findings[1] is spike  # right after the primary
 
 
+def test_a_hang_beside_two_slow_steps_on_its_lattice_is_no_period() -> None:
+    """A CI run saw this: a 2.5 s hang at step 30 and two 16 ms steps 7 and 14 later read as
+    "every 7 steps a step takes 16.2 ms" (typical 5 ms), filing the hang under a median."""
+    slow = {30: 2500.0, 37: 22.0, 44: 23.0}  # typical 10 ms, spikes over 30
+    store = store_of([rec(i, between=slow.get(i, 0.0)) for i in range(60)])
+    found = step_spikes(store.summary_view(), TH)
+    assert found is not None
+    assert found.evidence["period_steps"] is None
+    assert found.evidence["steps"] == [30, 37, 44]
+    assert found.summary.startswith("3 slow steps of "), found.summary
+    assert "slowest step 30, 2510 ms" in found.summary
+
+
+@pytest.mark.parametrize("hang_at", [130, 139])  # between two checkpoints, and on one
+def test_a_hang_among_periodic_checkpoints_is_named_beside_the_period(hang_at: int) -> None:
+    between = {i: 200.0 for i in range(19, 400, 20)} | {hang_at: 25_000.0}
+    store = store_of([rec(i, between=between.get(i, 0.0)) for i in range(400)])
+    found = step_spikes(store.summary_view(), TH)
+    assert found is not None
+    assert found.evidence["period_steps"] == 20
+    assert found.summary.startswith(
+        f"every 20 steps a step takes 210 ms (typical 10.0 ms) in between (checkpoint or eval?)"
+        f", and step {hang_at} took 25010 ms: "
+    ), found.summary
+
+
+def test_checkpoints_of_varied_cost_stay_one_period() -> None:
+    between = {i: 100.0 + 40.0 * (i % 7) for i in range(19, 400, 20)}  # 110 to 350 ms steps
+    store = store_of([rec(i, between=between.get(i, 0.0)) for i in range(400)])
+    found = step_spikes(store.summary_view(), TH)
+    assert found is not None
+    assert found.evidence["period_steps"] == 20
+    assert ", and step" not in found.summary
+
+
 def test_small_spikes_cost_too_little_to_report() -> None:
     store = store_of([rec(i, between=25.0 if i % 100 == 99 else 0.0) for i in range(400)])  # 3 %
     assert step_spikes(store.summary_view(), TH) is None

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from traceml.analysis.spikes import SLOWEST_KEPT, Baseline, SpikeTotals, period
+from traceml.analysis.spikes import SLOWEST_KEPT, Baseline, SlowStep, SpikeTotals, period, periodic
 from traceml.analysis.store import RunStore
 from traceml.config import DEFAULT_THRESHOLDS
 from traceml.records import PHASES, StepRecord
@@ -109,3 +109,15 @@ def test_live_window_counts_its_own_spikes() -> None:
     assert live.steps == DEFAULT_THRESHOLDS.live_window
     assert live.spikes is not None and live.spikes.count == 5
     assert all(s.step >= 900 for s in live.spikes.listed)
+
+
+def slow_steps(sizes: dict[int, float]) -> list[SlowStep]:
+    return [SlowStep(step, ms, "between") for step, ms in sorted(sizes.items())]
+
+
+def test_a_period_keeps_only_the_spikes_alike_in_size() -> None:
+    found = periodic(slow_steps({19: 210.0, 39: 25_010.0, 59: 190.0, 79: 230.0}))
+    assert found is not None
+    assert found[0] == 20
+    assert [s.step for s in found[1]] == [19, 59, 79]  # the hang on the lattice is not one
+    assert periodic(slow_steps({30: 2_510.0, 37: 32.0, 44: 33.0})) is None

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from traceml.analysis.rules import cap, enough_steps, grade, ms, pct, rounded
+from traceml.analysis.spikes import apart
 
 if TYPE_CHECKING:
     from traceml.analysis.spikes import SpikeWindow
@@ -64,6 +65,15 @@ def _span(view: RunView) -> str:
     return "the last steps' time" if view.kind == "live" else "the run's step time"
 
 
+def _outlier(rank: RankWindow, sp: SpikeWindow) -> str:
+    """The slowest step, named beside a period it does not belong to: a 25 s hang among 200 ms
+    checkpoints must not hide behind their median."""
+    slowest = rank.slowest[0] if rank.slowest else None
+    if slowest is None or sp.periodic_ms is None or not apart(slowest.ms, sp.periodic_ms):
+        return ""
+    return f", and step {slowest.step} took {ms(slowest.ms)}"
+
+
 def _summary(view: RunView, rank: RankWindow, sp: SpikeWindow) -> str:
     typical = f"typical {ms(rank.median_ms)}"
     on = "" if len(view.active) < 2 else f" on rank {rank.rank}"
@@ -71,7 +81,7 @@ def _summary(view: RunView, rank: RankWindow, sp: SpikeWindow) -> str:
     if sp.period_steps is not None:
         return (
             f"every {sp.period_steps} steps a step takes {ms(sp.periodic_ms)} ({typical})"
-            f"{_where(sp.phase)}{on}: {sp.count} slow steps, {cost}"
+            f"{_where(sp.phase)}{_outlier(rank, sp)}{on}: {sp.count} slow steps, {cost}"
         )
     if sp.count == 1:
         one = sp.listed[-1] if sp.listed else rank.slowest[0]

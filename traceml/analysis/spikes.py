@@ -45,6 +45,10 @@ PERIOD_MIN_HITS = 3
 """Spikes on one lattice (step = r mod P) needed before a period is claimed."""
 PERIOD_MIN_FRACTION = 0.5
 """Share of the spikes that must sit on that lattice."""
+PERIOD_SPREAD = 10.0
+"""A spike on the lattice more than this many times the median of the spikes on it (or less than
+its 1/PERIOD_SPREAD) is not one of the period's: three slow steps 7 apart, one a 2.5 s hang and
+two of 16 ms, are a hang and two slow steps, not "every 7 steps a step takes 16 ms"."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -301,6 +305,34 @@ class SpikeWindow:
         return self.total_ms / self.count if self.count else None
 
 
+def apart(ms: float, typical: float) -> bool:
+    """Whether a step of `ms` is another kind of event than spikes of `typical` ms."""
+    return ms > PERIOD_SPREAD * typical or ms * PERIOD_SPREAD < typical
+
+
+def periodic(listed: Sequence[SlowStep]) -> tuple[int, list[SlowStep]] | None:
+    """(P, the spikes on its lattice) when `period` finds P among `listed` and enough of the
+    spikes on the lattice are alike in size (PERIOD_SPREAD of their median): the lattice's
+    others stay listed as spikes, off the period; else None."""
+    found = period([s.step for s in listed])
+    if found is None:
+        return None
+    p = found[0]
+    residue = _residue(listed, p)
+    on = [s for s in listed if s.step % p == residue]
+    typical = _median([s.ms for s in on])
+    alike = [s for s in on if not apart(s.ms, typical)]
+    if len(alike) < max(PERIOD_MIN_HITS, PERIOD_MIN_FRACTION * len(listed)):
+        return None
+    return p, alike
+
+
+def _median(values: Sequence[float]) -> float:
+    """The middle value (the upper one of an even count), as periodic_ms has always been."""
+    ordered = sorted(values)
+    return ordered[len(ordered) // 2]
+
+
 def spike_window(
     totals: SpikeTotals,
     window_ms: float,
@@ -308,9 +340,8 @@ def spike_window(
     typical_phase_ms: Sequence[float | None],
 ) -> SpikeWindow:
     """Summarise `totals` (and the spikes `listed`) over a window of `window_ms` step time."""
-    found = period([s.step for s in listed])
-    on = [s for s in listed if found and s.step % found[0] == _residue(listed, found[0])]
-    chosen = sorted(s.ms for s in (on or listed))
+    found = periodic(listed)
+    chosen = [s.ms for s in (found[1] if found else listed)]
     means = totals.phases.means()
     return SpikeWindow(
         count=totals.count,
@@ -319,8 +350,8 @@ def spike_window(
         phase_ms=means,
         phase=_extra_phase(means, typical_phase_ms) if totals.count else None,
         period_steps=found[0] if found else None,
-        periodic=found[1] if found else 0,
-        periodic_ms=chosen[len(chosen) // 2] if chosen else None,
+        periodic=len(found[1]) if found else 0,
+        periodic_ms=_median(chosen) if chosen else None,
         listed=tuple(listed),
     )
 
