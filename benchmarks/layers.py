@@ -17,6 +17,10 @@ per arm and round, the arms interleaved:
                      the same with TraceML's tx thread asleep through the loop: it converts,
                      folds and publishes every step after the last (not timed), so the
                      difference from trace_step is what its work costs the steps
+  trace_step, --tree PATH
+                     with --tree: trace_step with another checkout of TraceML (built with
+                     `python setup.py build_ext --inplace`) first on PYTHONPATH, such as the
+                     commit before a change (`git worktree add`), measured beside this one
 
 Per arm: the mean of every step after the first 50 of every round, and the p99, as added to the
 mean of bare A and B; beside the mean, the standard error of the arm's per-round difference from
@@ -59,8 +63,12 @@ def main() -> None:
         action="store_true",
         help="leave out the two init arms (bare, trace_step and the tx thread asleep only)",
     )
+    ap.add_argument("--tree", help="another built checkout of TraceML: one more trace_step arm")
     args = ap.parse_args()
     arms = [a for a in ARMS if not (args.skip_init and a.mode.startswith("init"))]
+    if args.tree:
+        tree = str(Path(args.tree).resolve())
+        arms.append(Arm(f"trace_step, {Path(tree).name}", "traceml", tree=tree))
     print(f"TraceML {byte_compile()}")
     steps: dict[str, list[float]] = {arm.name: [] for arm in arms}
     rounds: dict[str, list[float]] = {arm.name: [] for arm in arms}  # each process's mean
@@ -68,7 +76,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         for r in range(args.pairs):
             for arm in arms if r % 2 == 0 else arms[::-1]:
-                out = Path(tmp) / f"{arm.mode}-{r}"
+                out = Path(tmp) / f"{arms.index(arm)}-{r}"
                 cmd = command(arm, args.steps, args.width, out)
                 env = env_for(arm, Path(tmp), None)
                 subprocess.run(cmd, check=True, env=env, cwd=tmp, capture_output=True)

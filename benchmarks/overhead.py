@@ -64,6 +64,8 @@ class Arm:
     launcher: tuple[str, ...] = ()
     """Command before the script; () = plain python."""
     tty: bool = False
+    tree: str | None = None
+    """Another checkout of TraceML (built) imported instead of this one: PYTHONPATH."""
 
 
 @dataclass
@@ -107,6 +109,8 @@ def env_for(arm: Arm, tmp: Path, peer_bin: Path | None) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("TRACEML_")}
     env.update(OMP_NUM_THREADS="1", TRACEML_RUNTIME_DIR=str(tmp / "rt"))
     env["TRACEML_SUMMARY"] = str(tmp / "summary.json")
+    if arm.tree is not None:
+        env["PYTHONPATH"] = arm.tree
     if arm.mode == "peer" and peer_bin is not None:
         env["PATH"] = f"{peer_bin}:{env.get('PATH', '')}"
         env["VIRTUAL_ENV"] = str(peer_bin.parent)

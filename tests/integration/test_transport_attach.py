@@ -228,7 +228,7 @@ def test_a_big_job_publishes_a_share_of_its_system_samples(
         pub.close(RankEnd(0, "ok", 0, time.time()), None)
 
 
-def test_the_tx_thread_ticks_faster_while_a_snapshot_is_being_sent(
+def test_the_tx_thread_ticks_faster_while_a_snapshot_is_being_sent_and_folds_while_watched(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from traceml.instrument import worker
@@ -241,8 +241,8 @@ def test_the_tx_thread_ticks_faster_while_a_snapshot_is_being_sent(
     )
     try:
         pub.send_steps([make_step(i) for i in range(10_000)])
-        idle = (pub.busy, tx._tick_s())
-        assert idle == (False, worker.TICK_S)
+        idle = (pub.busy, tx._watched(), tx._tick_s())
+        assert idle == (False, False, worker.TICK_S)  # nobody listens: a fold every 4th tick
         monkeypatch.setattr(snapshot, "SERVICE_BUDGET_S", 0.0)  # take the request, send nothing
         seen = Seen()
         with attach(tmp_path, "busy-1") as sub:
@@ -257,7 +257,12 @@ def test_the_tx_thread_ticks_faster_while_a_snapshot_is_being_sent(
                 pub.service(time.monotonic(), last_step=9_999, dropped=0, primary=None)
                 seen.add(sub.poll(10))
                 assert time.monotonic() < deadline, f"snapshot incomplete: {seen.count()}"
-        assert (pub.busy, tx._tick_s()) == (False, worker.TICK_S)
+            assert (pub.busy, tx._watched(), tx._tick_s()) == (False, True, worker.TICK_S)
+        while tx._watched():  # the viewer left: its unsubscription is read by a service
+            assert time.monotonic() < deadline + 10, "the viewer's unsubscription never came"
+            pub.service(time.monotonic(), last_step=9_999, dropped=0, primary=None)
+            time.sleep(0.01)
+        assert tx._tick_s() == worker.TICK_S
     finally:
         pub.close(RankEnd(0, "ok", 10_000, time.time()), None)
 

@@ -40,6 +40,13 @@ record slices took the held steps from 6.75 to 5.66 µs a step on a 0.5 ms loop,
 step of 6.9 ms against 4.7, but the whole suite's CI failed twice right after it in a test that
 times a hang among 5 ms steps (slow steps beside the hang), cause not found: not kept.
 See docs/performance.md."""
+QUIET_FOLD_TICKS = 4
+"""While no viewer listens (no subscription to the rank's publisher, no snapshot being sent, no
+job collector link), only every this many ticks takes, folds and publishes the steps queued
+since: nobody waits for them, and most of a tick's fixed cost (about 0.8 ms of GIL, above) is
+then paid once a second instead of four times. The other ticks only service the publisher
+(requests, subscriptions, the rank file), so a viewer that attaches is answered within a tick
+and every tick folds from then on. `traceml.summary()` asks for a fold of its own (flush)."""
 SERVE_TICK_S = 0.02
 """The tick while an attach snapshot is being sent (in parts, 2 ms of sending per tick), so a
 viewer gets a long history in a fraction of a second."""
@@ -147,6 +154,8 @@ class TxWorker(threading.Thread):
         """When this thread ran Python; steps overlapping it carry the overlap (held_ms)."""
         self._busy_from = -1
         """perf_counter_ns at which the current busy span began; -1 while waiting."""
+        self._quiet = 0
+        """Ticks since the last fold (QUIET_FOLD_TICKS)."""
 
     def stop(self, end: RankEnd, timeout: float) -> bool:
         """Ask for the final drain, summary and close; True if it finished within `timeout`."""
@@ -193,7 +202,7 @@ class TxWorker(threading.Thread):
                 if now >= next_tick or self._asked > self._served:
                     with self._ticked:
                         serving = self._asked
-                    self._tick(final=False)
+                    self._tick(final=False, asked=serving > self._served)
                     if now >= next_tick:
                         next_tick = next_beat(next_tick, self._tick_s(), now)
                     with self._ticked:
@@ -218,6 +227,17 @@ class TxWorker(threading.Thread):
         serving = any(getattr(sink, "busy", False) for sink in self.p.sinks)
         return SERVE_TICK_S if serving else TICK_S
 
+    def _watched(self) -> bool:
+        """Whether someone waits for the records (a sink that cannot say, the job collector
+        link, is taken to: multi-rank jobs fold every tick)."""
+        return any(getattr(sink, "watched", True) for sink in self.p.sinks)
+
+    def _filling(self) -> bool:
+        """Whether the queue holds a quarter of what it can: a loop that fast folds every tick,
+        so a quiet second never fills it (steps beyond it are dropped)."""
+        raw = self.p.raw
+        return raw.maxlen is not None and len(raw) * QUIET_FOLD_TICKS >= raw.maxlen
+
     def _open_sink(self) -> None:
         opened: list[Sink] = []
         for sink in self.p.sinks:
@@ -229,7 +249,24 @@ class TxWorker(threading.Thread):
             opened.append(sink)
         self.p.sinks = opened
 
-    def _tick(self, final: bool) -> None:
+    def _tick(self, final: bool, asked: bool = False) -> None:
+        """Take, fold and publish the steps queued so far, then service the sinks. While nobody
+        listens, only every QUIET_FOLD_TICKS-th tick folds (or one a flush `asked` for, or one
+        that finds the queue filling); a listener that arrives in a tick's service is sent the
+        queued steps at once."""
+        self._quiet += 1
+        due = self._quiet >= QUIET_FOLD_TICKS or self._filling()
+        if final or asked or due or self._watched():
+            self._drain(final)
+            self._service()
+            return
+        self._service()
+        if self._watched():
+            self._drain(final)
+
+    def _drain(self, final: bool) -> None:
+        """Take, fold and publish the steps queued so far, a slice at a time."""
+        self._quiet = 0
         raw = self.p.raw
         left = len(raw)  # steps queued meanwhile wait for the next tick: service comes first
         folded = False
@@ -251,6 +288,8 @@ class TxWorker(threading.Thread):
                 folded = True
             if left <= 0:
                 break
+
+    def _service(self) -> None:
         now = time.time()
         phase = self.p.phase() if self.p.phase is not None else None
         for sink in self.p.sinks:

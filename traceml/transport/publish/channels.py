@@ -192,6 +192,11 @@ class Channels:
             return
         self._pub_bound, self._bind_tries = True, 0
 
+    @property
+    def watched(self) -> bool:
+        """Whether some peer holds a subscription to a real topic: a viewer is listening."""
+        return bool(self._accepted)
+
     def caught_up(self) -> None:
         """A viewer re-synced or left: stop counting frames as dropped."""
         self.lagging = False

@@ -286,6 +286,12 @@ class Publisher:
         return self._server is not None and self._server.pending
 
     @property
+    def watched(self) -> bool:
+        """Whether a viewer is subscribed or being sent a snapshot: records are then wanted
+        promptly (the tx thread ticks at its viewer rate, not its quiet one)."""
+        return self._live() and (self.busy or self._ch.watched)
+
+    @property
     def dropped(self) -> int:
         """Step records the publisher failed to deliver to some viewer: sends refused by a full
         viewer queue (that viewer re-syncs from the history) plus unpackable records."""
