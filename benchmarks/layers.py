@@ -69,6 +69,7 @@ def main() -> None:
     if args.tree:
         tree = str(Path(args.tree).resolve())
         arms.append(Arm(f"trace_step, {Path(tree).name}", "traceml", tree=tree))
+        print(f"{tree}: {byte_compile(tree)}")
     print(f"TraceML {byte_compile()}")
     steps: dict[str, list[float]] = {arm.name: [] for arm in arms}
     rounds: dict[str, list[float]] = {arm.name: [] for arm in arms}  # each process's mean
