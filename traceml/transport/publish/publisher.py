@@ -288,7 +288,7 @@ class Publisher:
     @property
     def watched(self) -> bool:
         """Whether a viewer is subscribed or being sent a snapshot: records are then wanted
-        promptly (the tx thread ticks at its viewer rate, not its quiet one)."""
+        promptly (the tx thread folds every tick, not every QUIET_FOLD_TICKS-th)."""
         return self._live() and (self.busy or self._ch.watched)
 
     @property
