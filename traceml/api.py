@@ -241,8 +241,9 @@ def summary() -> dict[str, Any] | None:
     """The run's summary so far: a dict shaped as final_summary.json, at any time.
 
     While the run trains, `run.exit` is "running" and the numbers cover every step so far (the
-    background thread, which folds every 0.25 s, is asked to fold now; waits at most a second for
-    it); after shutdown it is the summary that was written.
+    background thread, which folds every 0.25 s while a viewer listens and every second
+    otherwise, is asked to fold now; waits at most a second for it); after shutdown it is the
+    summary that was written.
     In a multi-rank job each rank's live summary describes that rank alone. Safe from any thread:
     it never waits for the training loop and the loop never waits for it.
 

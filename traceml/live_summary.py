@@ -5,7 +5,8 @@ under the store's own (reentrant) lock, so every number comes from one instant o
 tx thread waits while it is built (a few ms); the training thread never does, since it only
 appends to a bounded buffer that the tx thread drains. First the tx thread is asked to fold the
 steps queued so far (`TxWorker.flush`, at most FLUSH_WAIT_S), so a summary asked for right
-after a step counts it, where it would miss up to a tick (0.25 s) of steps.
+after a step counts it, where it would miss up to a fold's interval of steps (0.25 s while a
+viewer listens, 1 s otherwise).
 """
 
 from __future__ import annotations

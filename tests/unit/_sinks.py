@@ -1,10 +1,15 @@
-"""A tx-thread sink that does nothing: tests override the one method they watch."""
+"""A tx-thread sink that does nothing (tests override the one method they watch), and a tx
+thread started over one."""
 
 from __future__ import annotations
 
+from collections import deque
 from typing import Any
 
-from traceml.records import RankEnd, StepRecord, SystemSample
+from traceml.analysis.store import RunStore
+from traceml.instrument.timer import StepTimer
+from traceml.instrument.worker import TxWorker, WorkerParts
+from traceml.records import RankEnd, RankInfo, StepRecord, SystemSample
 
 
 class NullSink:
@@ -24,3 +29,17 @@ class NullSink:
 
     def close(self, end: RankEnd, summary_path: Any) -> None:
         pass
+
+
+def started_worker(sink: Any, run_id: str, queue: int = 10_000) -> tuple[TxWorker, StepTimer]:
+    """A tx thread over `sink` alone, started, and the step timer that feeds its queue of
+    `queue` steps."""
+    raw: deque[Any] = deque(maxlen=queue)
+    timer = StepTimer(raw)
+    parts = WorkerParts(
+        info=RankInfo(run_id=run_id, rank=0), raw=raw, store=RunStore(), page_mb=0.004,
+        wall_offset_ns=0, sinks=[sink],
+    )  # fmt: skip
+    tx = TxWorker(parts)
+    tx.start()
+    return tx, timer

@@ -5,17 +5,15 @@ from __future__ import annotations
 
 import threading
 import time
-from collections import deque
 from typing import Any
 
 import pytest
 
-from tests.unit._sinks import NullSink
-from traceml.analysis.store import RunStore
+from tests.unit._sinks import NullSink, started_worker
 from traceml.instrument import worker
 from traceml.instrument.timer import StepTimer
-from traceml.instrument.worker import TxWorker, WorkerParts
-from traceml.records import RankEnd, RankInfo, StepRecord
+from traceml.instrument.worker import TxWorker
+from traceml.records import RankEnd, StepRecord
 
 
 class Sent(NullSink):
@@ -36,15 +34,7 @@ class Sent(NullSink):
 
 
 def started(sink: Sent) -> tuple[TxWorker, StepTimer]:
-    raw: deque[Any] = deque(maxlen=10_000)
-    timer = StepTimer(raw)
-    parts = WorkerParts(
-        info=RankInfo(run_id="flush-1", rank=0), raw=raw, store=RunStore(), page_mb=0.004,
-        wall_offset_ns=0, sinks=[sink],
-    )  # fmt: skip
-    tx = TxWorker(parts)
-    tx.start()
-    return tx, timer
+    return started_worker(sink, "flush-1")
 
 
 def steps(timer: StepTimer, n: int) -> None:

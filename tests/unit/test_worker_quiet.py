@@ -4,17 +4,14 @@ sinks on the others; a listener, a filling queue or a flush make it fold at once
 from __future__ import annotations
 
 import time
-from collections import deque
 from typing import Any
 
 import pytest
 
-from tests.unit._sinks import NullSink
-from traceml.analysis.store import RunStore
+from tests.unit._sinks import NullSink, started_worker
 from traceml.instrument import worker
-from traceml.instrument.timer import StepTimer
-from traceml.instrument.worker import TxWorker, WorkerParts
-from traceml.records import RankEnd, RankInfo, StepRecord
+from traceml.instrument.worker import TxWorker
+from traceml.records import RankEnd, StepRecord
 
 TICKS = 12
 
@@ -39,14 +36,7 @@ class Listened(NullSink):
 
 def run_ticks(sink: Listened, queue: int = 10_000, per_tick: int = 5) -> TxWorker:
     """A tx thread with a fast tick, stepped `per_tick` times a tick until TICKS ticks passed."""
-    raw: deque[Any] = deque(maxlen=queue)
-    timer = StepTimer(raw)
-    parts = WorkerParts(
-        info=RankInfo(run_id="quiet-1", rank=0), raw=raw, store=RunStore(), page_mb=0.004,
-        wall_offset_ns=0, sinks=[sink],
-    )  # fmt: skip
-    tx = TxWorker(parts)
-    tx.start()
+    tx, timer = started_worker(sink, "quiet-1", queue)
     deadline = time.perf_counter() + 60.0  # ticks are counted, never timed: CI hosts stall
     seen = 0
     while sink.ticks < TICKS and time.perf_counter() < deadline:
