@@ -202,6 +202,40 @@ def test_arguments_and_keywords_reach_the_module() -> None:
     assert seen == [((1, 2), {"scale": 3}), "out"]
 
 
+def test_nested_calls_and_calls_without_keywords_get_their_arguments() -> None:
+    """The wrapper passes `args` alone when there is no keyword (one dict less a call): every
+    path (root or nested, with or without keywords) hands the module what it was called with."""
+    rig = Rig()
+    seen: list[Any] = []
+
+    def leaf(_call: Callable[..., Any], *args: Any, **kwargs: Any) -> str:
+        seen.append((args, kwargs))
+        return "leaf"
+
+    def parent(call: Callable[..., Any], *args: Any, **kwargs: Any) -> str:
+        seen.append((args, kwargs))
+        seen.append(call(leaf, 7))
+        seen.append(call(leaf, 8, bias=False))
+        return "parent"
+
+    rig.step(lambda: seen.append(rig.call(parent, 1)))
+    rig.step(lambda: seen.append(rig.call(parent, 2, mask=None)))
+    assert seen == [
+        ((1,), {}),
+        ((7,), {}),
+        "leaf",
+        ((8,), {"bias": False}),
+        "leaf",
+        "parent",
+        ((2,), {"mask": None}),
+        ((7,), {}),
+        "leaf",
+        ((8,), {"bias": False}),
+        "leaf",
+        "parent",
+    ]
+
+
 def test_an_interrupt_in_the_model_propagates_and_leaves_no_state() -> None:
     rig = Rig()
 

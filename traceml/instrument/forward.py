@@ -62,17 +62,23 @@ def make_call(
 
         # The module is args[0] (in both bodies): passing `args` on as it came builds no new
         # tuple, where `original(self, *args)` builds a list and a tuple on every module call.
+        # Most module calls take no keyword: `f(*args)` then passes the tuple on, where
+        # `f(*args, **kwargs)` builds and merges one more dict on every call.
         def __call__(*args: Any, **kwargs: Any) -> Any:
             if state.busy or is_compiling():
-                return original(*args, **kwargs)
-            return root(*args, **kwargs)
+                if kwargs:
+                    return original(*args, **kwargs)
+                return original(*args)
+            if kwargs:
+                return root(*args, **kwargs)
+            return root(*args)
 
     else:
         get_ident = threading.get_ident
 
         def __call__(*args: Any, **kwargs: Any) -> Any:
             if state.busy or is_compiling() or get_ident() != state.owner:
-                return original(*args, **kwargs)
+                return original(*args, **kwargs) if kwargs else original(*args)
             state.busy = (
                 True  # set outside steps too, so a compiled module sees one value (no recompile)
             )
