@@ -267,6 +267,37 @@ def test_the_tx_thread_ticks_faster_while_a_snapshot_is_being_sent_and_folds_whi
         pub.close(RankEnd(0, "ok", 10_000, time.time()), None)
 
 
+def test_records_wait_unpacked_while_nobody_listens_and_a_viewer_gets_them_all(
+    tmp_path: Path,
+) -> None:
+    """While no viewer listens, the publisher keeps records unpacked and publishes nothing; the
+    viewer that attaches gets them all from its snapshot, then live ones packed at once."""
+    pub = Publisher(make_info("lazy-1"), Settings(), tmp_path)
+    pub.open()
+    history = pub._history
+    try:
+        pub.send_steps([make_step(i) for i in range(3000)])
+        assert (pub.watched, history.unpacked, pub.stats_dict()["records"]) == (False, 3000, 0)
+        seen = Seen()
+        with attach(tmp_path, "lazy-1") as sub:
+            deadline = time.monotonic() + 10
+            while seen.count() < 3000:
+                assert time.monotonic() < deadline, f"snapshot incomplete: {seen.count()}"
+                pub.service(time.monotonic(), last_step=2999, dropped=0, primary=None)
+                seen.add(sub.poll(10))
+            assert pub.watched and history.unpacked == 0
+            pub.send_steps([make_step(i) for i in range(3000, 3100)])
+            assert history.unpacked == 0
+            while seen.count() < 3100:
+                assert time.monotonic() < deadline, f"live records missing: {seen.count()}"
+                pub.service(time.monotonic(), last_step=3099, dropped=0, primary=None)
+                seen.add(sub.poll(10))
+        assert seen.seqs[0] == list(range(3100))
+        assert seen.steps[0] == list(range(3100))
+    finally:
+        pub.close(RankEnd(0, "ok", 3100, time.time()), None)
+
+
 def test_run_json_is_rewritten_only_when_it_changes(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

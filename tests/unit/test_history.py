@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from traceml.transport.publish.history import History
+from traceml.transport.publish import history as history_module
+from traceml.transport.publish.history import History, RecordHistory
 
 
 def _filled(capacity: int, n: int) -> History[int]:
@@ -39,3 +40,63 @@ def test_memory_stays_bounded() -> None:
 def test_capacity_must_be_positive() -> None:
     with pytest.raises(ValueError, match="at least 1"):
         History(0)
+
+
+class _Packer:
+    """Packs ints as b"p<n>", leaves out the ones in `refuse`, and notes every batch it got."""
+
+    def __init__(self, refuse: frozenset[int] = frozenset()) -> None:
+        self.refuse = refuse
+        self.batches: list[list[int]] = []
+
+    def __call__(self, records: list[int]) -> list[bytes]:
+        self.batches.append(records)
+        return [f"p{r}".encode() for r in records if r not in self.refuse]
+
+
+def test_unpacked_records_are_packed_when_read_and_not_before() -> None:
+    packer = _Packer()
+    history = RecordHistory(8, packer)
+    history.extend_unpacked([1, 2, 3])
+    assert (history.unpacked, history.next_seq, packer.batches) == (3, 3, [])
+    assert history.since(1) == (1, [b"p2", b"p3"])
+    assert (history.unpacked, packer.batches) == (0, [[1, 2, 3]])
+    assert history.since(0) == (0, [b"p1", b"p2", b"p3"])
+    assert packer.batches == [[1, 2, 3]]
+
+
+def test_packed_items_after_unpacked_ones_keep_their_order() -> None:
+    history = RecordHistory(8, _Packer())
+    history.extend([b"a"])
+    history.extend_unpacked([1, 2])
+    history.extend([b"b"])
+    history.extend_unpacked([3])
+    assert history.append(b"c") == 5
+    assert history.since(0) == (0, [b"a", b"p1", b"p2", b"b", b"p3", b"c"])
+
+
+def test_records_that_fell_out_unread_are_never_packed() -> None:
+    packer = _Packer()
+    history = RecordHistory(3, packer)
+    history.extend_unpacked(list(range(10)))
+    assert history.unpacked == 3
+    assert history.since(0) == (7, [b"p7", b"p8", b"p9"])
+    assert packer.batches == [[7, 8, 9]]
+
+
+def test_a_record_that_does_not_pack_is_left_out_and_the_seqs_close_up() -> None:
+    history = RecordHistory(8, _Packer(refuse=frozenset({2})))
+    history.extend_unpacked([1, 2, 3])
+    assert history.since(0) == (0, [b"p1", b"p3"])
+    assert history.next_seq == 2
+    assert history.append(b"x") == 2
+
+
+def test_at_most_max_unpacked_records_wait(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(history_module, "MAX_UNPACKED", 4)
+    packer = _Packer()
+    history = RecordHistory(100, packer)
+    history.extend_unpacked([1, 2, 3, 4])
+    assert (history.unpacked, packer.batches) == (4, [])
+    history.extend_unpacked([5])
+    assert (history.unpacked, packer.batches) == (0, [[1, 2, 3, 4, 5]])

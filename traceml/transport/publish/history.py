@@ -6,9 +6,10 @@ for them starts at the oldest one still held (the viewer sees the gap).
 
 from __future__ import annotations
 
+import itertools
 from collections import deque
-from collections.abc import Sequence
-from typing import Generic, TypeVar
+from collections.abc import Callable, Sequence
+from typing import Any, Generic, TypeVar
 
 T = TypeVar("T")
 
@@ -56,3 +57,65 @@ class History(Generic[T]):
             return start, list(self._items)
         items = list(self._items)
         return start, items[skip:]
+
+
+MAX_UNPACKED = 8192
+"""Records a RecordHistory keeps unpacked at most (about 5 MB of StepRecords, 1 MB packed): with
+the default 4,096 of `history_steps` the cap is never reached, and a larger history is packed
+this many records at a time while nobody listens."""
+
+
+class RecordHistory(History[bytes]):
+    """The history of a rank's packed step records, whose newest ones may wait unpacked.
+
+    The rank keeps every step record for attach snapshots, packed. While no viewer listens,
+    nothing reads them, and only the last `capacity` records can ever be asked for: most fall
+    out unread. So the newest records may be kept as they came (`extend_unpacked`) and packed
+    only when something reads them (`since`), when packed ones follow (`extend`), or once
+    MAX_UNPACKED wait: the unpacked items are always the newest. `pack` returns the bytes of
+    the records that pack, in order; a record that does not is left out (its packer counts
+    it) and the seqs after it close up, as they would have had it been packed at once: no
+    viewer has seen them, since nobody listened.
+    """
+
+    def __init__(self, capacity: int, pack: Callable[[list[Any]], list[bytes]]) -> None:
+        super().__init__(capacity)
+        self._pack = pack
+        self._unpacked = 0
+
+    @property
+    def unpacked(self) -> int:
+        """How many of the newest items wait unpacked."""
+        return min(self._unpacked, len(self._items))
+
+    def extend_unpacked(self, records: Sequence[Any]) -> None:
+        """Keep `records` (the newest, seqs running on from `next_seq`) unpacked for now."""
+        self._items.extend(records)
+        self._next += len(records)
+        self._unpacked = min(self._unpacked + len(records), len(self._items))
+        if self._unpacked > MAX_UNPACKED:
+            self.pack_pending()
+
+    def pack_pending(self) -> None:
+        """Pack the items that wait unpacked, in place."""
+        n = self.unpacked
+        self._unpacked = 0
+        if n == 0:
+            return
+        records = list(map(deque.pop, itertools.repeat(self._items, n)))
+        records.reverse()
+        packed = self._pack(records)
+        self._items.extend(packed)
+        self._next -= n - len(packed)
+
+    def extend(self, items: Sequence[bytes]) -> None:
+        self.pack_pending()
+        super().extend(items)
+
+    def append(self, item: bytes) -> int:
+        self.pack_pending()
+        return super().append(item)
+
+    def since(self, seq: int) -> tuple[int, list[bytes]]:
+        self.pack_pending()
+        return super().since(seq)

@@ -27,7 +27,7 @@ from traceml.records import RankEnd, RankInfo, StepRecord, SystemSample
 from traceml.transport.publish.channels import MAX_HELD_SUBSCRIPTIONS, Channels
 from traceml.transport.publish.counters import PublisherStats
 from traceml.transport.publish.endpoints import plan_endpoints
-from traceml.transport.publish.history import History
+from traceml.transport.publish.history import History, RecordHistory
 from traceml.transport.publish.progress import Progress
 from traceml.transport.publish.snapshot import SnapshotServer, StreamId
 from traceml.transport.runfiles.lock import RankLock
@@ -97,10 +97,10 @@ class Publisher:
         self._pid = os.getpid()
         self._stream = StreamId(info.run_id, info.rank, info.incarnation)
         self._topics = {kind: topic(kind, info.rank) for kind in KINDS}
-        self._history: History[bytes] = History(max(1, settings.history_steps))
-        self._unsent: list[bytes] = []
         self._packer = Packer()
         """Reused for step records (half the cost of packb); this thread's alone."""
+        self._history = RecordHistory(max(1, settings.history_steps), self._pack_steps)
+        self._unsent: list[bytes] = []
         """Packed records in the history, not published yet (at most PUBLISH_EVERY_S old)."""
         self._unsent_first = 0
         self._published_at = -math.inf
@@ -347,6 +347,13 @@ class Publisher:
             self.stats.dropped_frames += 1
 
     def _send_steps(self, records: Sequence[StepRecord]) -> None:
+        if not self._unsent and not self.watched:
+            # Nobody listens: there is no frame to publish, and the history packs its records
+            # only if a viewer comes for them (most fall out unread): 0.5 µs a step of the tx
+            # thread's GIL in a 0.7 ms loop.
+            self._history.extend_unpacked(records)
+            self._progress.record_many(records, time.time())
+            return
         if not self._unsent:
             self._unsent_first = self._history.next_seq
         try:
@@ -359,6 +366,13 @@ class Publisher:
         late = time.monotonic() - self._published_at >= PUBLISH_EVERY_S
         if self._unsent and (late or len(self._unsent) >= MAX_FRAME_RECORDS):
             self._publish_steps()
+
+    def _pack_steps(self, records: list[StepRecord]) -> list[bytes]:
+        """The bytes of the records that pack (RecordHistory's packer); the others are counted."""
+        try:
+            return self._packer.pack_steps(records)
+        except (TypeError, ValueError, AttributeError):
+            return self._packable(records)[1]
 
     def _packable(self, records: Sequence[StepRecord]) -> tuple[list[StepRecord], list[bytes]]:
         """The records that pack, and their bytes; the others are counted as unpackable."""
