@@ -212,7 +212,9 @@ class Publisher:
     # -- streaming -------------------------------------------------------------------------
 
     def send_steps(self, records: Sequence[StepRecord]) -> None:
-        """Assign seqs, keep the records in the bounded history, publish without blocking."""
+        """Assign seqs, keep the records in the bounded history, publish without blocking.
+        While nobody is `watched`, nothing is published and the history keeps them unpacked
+        until a viewer comes for them (RecordHistory)."""
         if self._live():
             self._safely("send_steps", lambda: self._send_steps(records))
 
