@@ -271,13 +271,16 @@ def test_records_wait_unpacked_while_nobody_listens_and_a_viewer_gets_them_all(
     tmp_path: Path,
 ) -> None:
     """While no viewer listens, the publisher keeps records unpacked and publishes nothing; the
-    viewer that attaches gets them all from its snapshot, then live ones packed at once."""
+    viewer that attaches gets them all from its snapshot, then live ones packed at once. One
+    that does not pack (step 1500) is left out and counted, and the seqs close up behind it."""
     pub = Publisher(make_info("lazy-1"), Settings(), tmp_path)
     pub.open()
     history = pub._history
+    records = [make_step(i) for i in range(3001)]
+    records[1500] = records[1500]._replace(step_ms=object())  # type: ignore[arg-type]
     try:
-        pub.send_steps([make_step(i) for i in range(3000)])
-        assert (pub.watched, history.unpacked, pub.stats_dict()["records"]) == (False, 3000, 0)
+        pub.send_steps(records)
+        assert (pub.watched, history.unpacked, pub.stats_dict()["records"]) == (False, 3001, 0)
         seen = Seen()
         with attach(tmp_path, "lazy-1") as sub:
             deadline = time.monotonic() + 10
@@ -286,16 +289,17 @@ def test_records_wait_unpacked_while_nobody_listens_and_a_viewer_gets_them_all(
                 pub.service(time.monotonic(), last_step=2999, dropped=0, primary=None)
                 seen.add(sub.poll(10))
             assert pub.watched and history.unpacked == 0
-            pub.send_steps([make_step(i) for i in range(3000, 3100)])
+            pub.send_steps([make_step(i) for i in range(3001, 3101)])
             assert history.unpacked == 0
             while seen.count() < 3100:
                 assert time.monotonic() < deadline, f"live records missing: {seen.count()}"
-                pub.service(time.monotonic(), last_step=3099, dropped=0, primary=None)
+                pub.service(time.monotonic(), last_step=3100, dropped=0, primary=None)
                 seen.add(sub.poll(10))
         assert seen.seqs[0] == list(range(3100))
-        assert seen.steps[0] == list(range(3100))
+        assert seen.steps[0] == [i for i in range(3101) if i != 1500]
+        assert pub.stats_dict()["unpackable"] == 1
     finally:
-        pub.close(RankEnd(0, "ok", 3100, time.time()), None)
+        pub.close(RankEnd(0, "ok", 3101, time.time()), None)
 
 
 def test_run_json_is_rewritten_only_when_it_changes(

@@ -357,6 +357,7 @@ class Publisher:
             self._progress.record_many(records, time.time())
             return
         if not self._unsent:
+            self._history.pack_pending()  # first: records that do not pack close the seqs up
             self._unsent_first = self._history.next_seq
         try:
             packed = self._packer.pack_steps(records)

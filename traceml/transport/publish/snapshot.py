@@ -18,7 +18,7 @@ from typing import Any
 from traceml.errors import SchemaError
 from traceml.transport.publish.channels import Channels
 from traceml.transport.publish.counters import PublisherStats
-from traceml.transport.publish.history import History
+from traceml.transport.publish.history import RecordHistory
 from traceml.transport.wire.codec import Header, pack, pack_array
 from traceml.transport.wire.control import OversizedRequest, Request, parse_request
 
@@ -96,7 +96,7 @@ class SnapshotServer:
         self,
         channels: Channels,
         stream: StreamId,
-        history: History[bytes],
+        history: RecordHistory,
         meta: Callable[[Request], dict[str, Any]],
         stats: PublisherStats,
     ) -> None:
@@ -136,6 +136,9 @@ class SnapshotServer:
 
     def _queue(self, identity: bytes, request: Request, now: float) -> None:
         """A snapshot job, or for "ping" a job of just the metadata part."""
+        # A viewer asked: pack what waits first, so every seq this reply names is final (a
+        # record that does not pack closes the seqs up behind it).
+        self._history.pack_pending()
         if len(self._jobs) >= MAX_JOBS:
             self._busy(identity, request)
             return
