@@ -210,6 +210,36 @@ def test_records_leave_in_batches_and_always_before_the_next_frame(
         pub.close(RankEnd(0, "ok", 100, time.time()), None)
 
 
+@pytest.mark.parametrize("frame", ["hb", "evt"])
+def test_records_kept_while_nobody_listened_go_out_before_the_next_frame(
+    tmp_path: Path, frame: str
+) -> None:
+    """A viewer whose snapshot was taken before its subscription was read never got the records
+    kept after that snapshot: once someone listens, or at the end, they are published before
+    any frame whose seq counts them (a heartbeat here, the end event)."""
+    pub = Publisher(make_info("waiting-1"), Settings(), tmp_path)
+    pub.open()
+    closed = False
+    try:
+        pub.send_steps([make_step(i) for i in range(50)])
+        assert (pub.watched, pub.stats_dict()["records"]) == (False, 0)
+        with raw_frames(pub) as received:
+            if frame == "hb":
+                pub.service(1.0, last_step=49, dropped=0, primary=None, heartbeat=True)
+            else:
+                pub.close(RankEnd(0, "ok", 50, time.time()), None)
+                closed = True
+            frames = received()
+        kinds = [parse_topic(f[0])[0] for f in frames]
+        assert kinds == ["rec", frame], kinds
+        assert Header.unpack(frames[0][1]).seq == 0
+        assert [r.step for r in decode_steps(frames[0][2])] == list(range(50))
+        assert Header.unpack(frames[1][1]).seq == 49
+    finally:
+        if not closed:
+            pub.close(RankEnd(0, "ok", 50, time.time()), None)
+
+
 @pytest.mark.parametrize(("world_size", "published"), [(1, 3), (1024, 1)])
 def test_a_big_job_publishes_a_share_of_its_system_samples(
     tmp_path: Path, world_size: int, published: int

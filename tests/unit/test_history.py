@@ -100,3 +100,19 @@ def test_at_most_max_unpacked_records_wait(monkeypatch: pytest.MonkeyPatch) -> N
     assert (history.unpacked, packer.batches) == (4, [])
     history.extend_unpacked([5])
     assert (history.unpacked, packer.batches) == (0, [[1, 2, 3, 4, 5]])
+
+
+def test_the_records_kept_while_nobody_listened_are_taken_once_packed() -> None:
+    packer = _Packer(refuse=frozenset({3}))
+    history = RecordHistory(8, packer)
+    history.extend([b"a"])
+    history.extend_unpacked([1, 2, 3, 4])
+    assert history.unpublished == 4
+    assert history.take_unpublished() == [b"p1", b"p2", b"p4"]
+    assert (history.unpublished, history.take_unpublished()) == (0, [])
+    history.extend_unpacked([5, 6])
+    assert history.since(0)[1][-2:] == [b"p5", b"p6"]
+    assert history.unpublished == 0  # the snapshot's viewer has them: not published again
+    history.extend_unpacked(list(range(10, 20)))
+    assert history.unpublished == 8  # no more than the history holds
+    assert history.take_unpublished() == [f"p{i}".encode() for i in range(12, 20)]

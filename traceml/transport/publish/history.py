@@ -76,12 +76,22 @@ class RecordHistory(History[bytes]):
     the records that pack, in order; a record that does not is left out (its packer counts
     it) and the seqs after it close up, as they would have had it been packed at once: no
     viewer has seen them, since nobody listened.
+
+    Records kept unpacked were published to nobody. A viewer whose snapshot was taken before
+    its subscription was read has not got those that came after the snapshot, so the
+    publisher publishes those once someone listens (`take_unpublished`); what a snapshot
+    carried is not published again. (Two viewers attaching at once, the first one's
+    subscription read only after the second one's snapshot, would leave the first a hole:
+    its next heartbeat makes it ask for a snapshot again.)
     """
 
     def __init__(self, capacity: int, pack: Callable[[list[Any]], list[bytes]]) -> None:
         super().__init__(capacity)
         self._pack = pack
         self._unpacked = 0
+        self._unpublished = 0
+        """How many of the newest items were kept while nobody listened (unpacked ones among
+        them) since the last snapshot: publish them before any packed item added after them."""
 
     @property
     def unpacked(self) -> int:
@@ -93,8 +103,25 @@ class RecordHistory(History[bytes]):
         self._items.extend(records)
         self._next += len(records)
         self._unpacked = min(self._unpacked + len(records), len(self._items))
+        self._unpublished = min(self._unpublished + len(records), len(self._items))
         if self._unpacked > MAX_UNPACKED:
             self.pack_pending()
+
+    @property
+    def unpublished(self) -> int:
+        """How many of the newest items were kept while nobody listened, since the last
+        snapshot."""
+        return min(self._unpublished, len(self._items))
+
+    def take_unpublished(self) -> list[bytes]:
+        """The items kept while nobody listened, packed, oldest first; from now on they count
+        as published."""
+        self.pack_pending()
+        n = self.unpublished
+        self._unpublished = 0
+        if n == 0:
+            return []
+        return list(itertools.islice(self._items, len(self._items) - n, None))
 
     def pack_pending(self) -> None:
         """Pack the items that wait unpacked, in place."""
@@ -107,6 +134,8 @@ class RecordHistory(History[bytes]):
         packed = self._pack(records)
         self._items.extend(packed)
         self._next -= n - len(packed)
+        # The unpacked items are among the unpublished ones: those left out were too.
+        self._unpublished = max(0, self._unpublished - (n - len(packed)))
 
     def extend(self, items: Sequence[bytes]) -> None:
         self.pack_pending()
@@ -117,5 +146,7 @@ class RecordHistory(History[bytes]):
         return super().append(item)
 
     def since(self, seq: int) -> tuple[int, list[bytes]]:
+        """As History.since; a snapshot's viewer then has every item: none is unpublished."""
         self.pack_pending()
+        self._unpublished = 0
         return super().since(seq)

@@ -337,8 +337,14 @@ class Publisher:
                 _warn(f"{what} failed ({err}); training goes on")
 
     def _publish(self, kind: Kind, seq: int, body: bytes, records: int = 0) -> None:
-        if kind != "rec" and self._unsent:
-            self._publish_steps()  # a frame's seq says which records came before it
+        if kind != "rec":
+            # A frame's seq says which records came before it: they go first, and so do those
+            # kept while nobody listened once someone does, or at the end (a viewer racing its
+            # subscription would otherwise see the end past records it never got).
+            if self._history.unpublished and not self._unsent and (self._closed or self.watched):
+                self._take_waiting()
+            if self._unsent:
+                self._publish_steps()
         s = self._stream
         header = Header(s.run, s.rank, s.inc, seq, time.time()).pack()
         if self._ch.publish([self._topics[kind], header, body]):
@@ -357,7 +363,8 @@ class Publisher:
             self._progress.record_many(records, time.time())
             return
         if not self._unsent:
-            self._history.pack_pending()  # first: records that do not pack close the seqs up
+            self._take_waiting()
+        if not self._unsent:
             self._unsent_first = self._history.next_seq
         try:
             packed = self._packer.pack_steps(records)
@@ -369,6 +376,15 @@ class Publisher:
         late = time.monotonic() - self._published_at >= PUBLISH_EVERY_S
         if self._unsent and (late or len(self._unsent) >= MAX_FRAME_RECORDS):
             self._publish_steps()
+
+    def _take_waiting(self) -> None:
+        """The records kept while nobody listened, into the frames to publish (`_unsent` is
+        empty then: nothing is kept unpublished while it is not). A viewer whose snapshot was
+        taken before its subscription was read has not got those that came after it."""
+        late = self._history.take_unpublished()
+        if late:
+            self._unsent_first = self._history.next_seq - len(late)
+            self._unsent = late
 
     def _pack_steps(self, records: list[StepRecord]) -> list[bytes]:
         """The bytes of the records that pack (RecordHistory's packer); the others are counted."""
