@@ -60,8 +60,9 @@ def test_a_change_that_matters_is_drawn_at_once(change: object) -> None:
 async def test_the_header_takes_every_snapshot_and_the_panels_one_every_panels_s(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    panels_s = 3.0
     monkeypatch.setattr(snapshot_module, "STALE_AFTER_S", 3600.0)
-    monkeypatch.setattr(main_module, "PANELS_S", 2.0)
+    monkeypatch.setattr(main_module, "PANELS_S", panels_s)
     # Snapshots about 3 times a second (as data arrives every 0.25 s), so that a loaded host,
     # which spaces them out, still gives the header many more than the panels take.
     monkeypatch.setattr(feed_module, "INTERVAL_S", 0.3)
@@ -83,7 +84,11 @@ async def test_the_header_takes_every_snapshot_and_the_panels_one_every_panels_s
         headers: list[Snapshot] = []
         steps = run.steps
         started = time.monotonic()
-        while time.monotonic() - started < 5.0:  # new steps every 0.25 s, as a live run sends
+        # New steps every 0.25 s, as a live run sends, until the header has taken 8 snapshots
+        # and more than one PANELS_S has passed: a loaded host spaces the snapshots out, and a
+        # fixed 5 s window under CI's load once counted 4 headers against 2 panel draws.
+        while len(headers) < 8 or time.monotonic() - started < panels_s + 1.0:
+            assert time.monotonic() - started < 60, f"{len(headers)} headers in 60 s"
             more = dataclasses.replace(run, steps=steps + 10)
             source.push(partial(fill, run=more, first=steps))
             steps += 10
@@ -91,10 +96,12 @@ async def test_the_header_takes_every_snapshot_and_the_panels_one_every_panels_s
             if header is not None and (not headers or header is not headers[-1]):
                 headers.append(header)
             await pilot.pause(0.25)
-        assert len(headers) >= max(6, len(drawn) + 4), "the header takes every snapshot"
-        assert 1 <= len(drawn) <= 3, f"the panels drew {len(drawn)} times in 5 s"
+        window = time.monotonic() - started
+        assert len(headers) >= len(drawn) + 4, "the header takes every snapshot"
+        most = window / panels_s + 1
+        assert 1 <= len(drawn) <= most, f"the panels drew {len(drawn)} times in {window:.1f} s"
         gaps = [b - a for a, b in itertools.pairwise(drawn)]
-        assert all(gap >= 2.0 - 0.1 for gap in gaps), gaps
+        assert all(gap >= panels_s - 0.1 for gap in gaps), gaps
         await until(
             pilot, lambda: screen.shown is not None and screen.shown.view.total_steps == steps
         )
