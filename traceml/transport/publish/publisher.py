@@ -99,7 +99,9 @@ class Publisher:
         self._topics = {kind: topic(kind, info.rank) for kind in KINDS}
         self._packer = Packer()
         """Reused for step records (half the cost of packb); this thread's alone."""
-        self._history = RecordHistory(max(1, settings.history_steps), self._pack_steps)
+        self._history = RecordHistory(
+            max(1, settings.history_steps), lambda records: self._pack_steps(records)[1]
+        )
         self._unsent: list[bytes] = []
         """Packed records in the history, not published yet (at most PUBLISH_EVERY_S old)."""
         self._unsent_first = 0
@@ -364,12 +366,7 @@ class Publisher:
             return
         if not self._unsent:
             self._take_waiting()
-        if not self._unsent:
-            self._unsent_first = self._history.next_seq
-        try:
-            packed = self._packer.pack_steps(records)
-        except (TypeError, ValueError, AttributeError):
-            records, packed = self._packable(records)
+        records, packed = self._pack_steps(records)
         self._history.extend(packed)
         self._progress.record_many(records, time.time())
         self._unsent.extend(packed)
@@ -378,20 +375,21 @@ class Publisher:
             self._publish_steps()
 
     def _take_waiting(self) -> None:
-        """The records kept while nobody listened, into the frames to publish (`_unsent` is
-        empty then: nothing is kept unpublished while it is not). A viewer whose snapshot was
-        taken before its subscription was read has not got those that came after it."""
+        """Start the frames to publish (`_unsent`, empty) with the records kept while nobody
+        listened, if any: a viewer whose snapshot was taken before its subscription was read
+        has not got those that came after it. Nothing is kept so while `_unsent` holds any."""
         late = self._history.take_unpublished()
-        if late:
-            self._unsent_first = self._history.next_seq - len(late)
-            self._unsent = late
+        self._unsent_first = self._history.next_seq - len(late)
+        self._unsent = late
 
-    def _pack_steps(self, records: list[StepRecord]) -> list[bytes]:
-        """The bytes of the records that pack (RecordHistory's packer); the others are counted."""
+    def _pack_steps(
+        self, records: Sequence[StepRecord]
+    ) -> tuple[Sequence[StepRecord], list[bytes]]:
+        """The records that pack and their bytes, in C when it can; the others are counted."""
         try:
-            return self._packer.pack_steps(records)
+            return records, self._packer.pack_steps(records)
         except (TypeError, ValueError, AttributeError):
-            return self._packable(records)[1]
+            return self._packable(records)
 
     def _packable(self, records: Sequence[StepRecord]) -> tuple[list[StepRecord], list[bytes]]:
         """The records that pack, and their bytes; the others are counted as unpackable."""
