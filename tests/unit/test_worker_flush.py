@@ -33,10 +33,6 @@ class Sent(NullSink):
             self.own_flush.append((self.tx.flush(5.0), time.perf_counter() - t0))
 
 
-def started(sink: Sent) -> tuple[TxWorker, StepTimer]:
-    return started_worker(sink, "flush-1")
-
-
 def steps(timer: StepTimer, n: int) -> None:
     for _ in range(n):
         timer.enter()
@@ -47,7 +43,7 @@ def test_flush_folds_the_queued_steps_before_the_tick(monkeypatch: pytest.Monkey
     monkeypatch.setattr(worker, "TICK_S", 60.0)  # no tick of its own during the test
     monkeypatch.setattr(worker, "SYSTEM_EVERY_S", 60.0)
     sink = Sent()
-    tx, timer = started(sink)
+    tx, timer = started_worker(sink, "flush-1")
     try:
         steps(timer, 25)
         time.sleep(0.2)
@@ -67,7 +63,7 @@ def test_flush_is_refused_after_the_end_and_on_the_tx_thread_itself(
 ) -> None:
     monkeypatch.setattr(worker, "TICK_S", 0.01)
     sink = Sent()
-    tx, timer = started(sink)
+    tx, timer = started_worker(sink, "flush-1")
     sink.tx = tx  # its service() (on the tx thread, each tick) asks for a flush once
     deadline = time.perf_counter() + 30.0
     while not sink.own_flush and time.perf_counter() < deadline:
@@ -92,7 +88,7 @@ def test_a_flush_waiting_when_the_thread_dies_returns(monkeypatch: pytest.Monkey
     raise_in_tick = threading.Event()
     monkeypatch.setattr(worker, "warn_once", lambda *a, **k: None)
     sink = Broken()
-    tx, timer = started(sink)
+    tx, timer = started_worker(sink, "flush-1")
     steps(timer, 3)
     out: list[bool] = []
     asker = threading.Thread(target=lambda: out.append(tx.flush(30.0)))
