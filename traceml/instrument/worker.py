@@ -44,9 +44,14 @@ QUIET_FOLD_TICKS = 4
 """While no viewer listens (no subscription to the rank's publisher, no snapshot being sent, no
 job collector link), only every this many ticks takes, folds and publishes the steps queued
 since: nobody waits for them, and most of a tick's fixed cost (about 0.8 ms of GIL, above) is
-then paid once a second instead of four times. The other ticks only service the publisher
-(requests, subscriptions, the rank file), so a viewer that attaches is answered within a tick
-and every tick folds from then on. `traceml.summary()` asks for a fold of its own (flush)."""
+then paid once a second instead of four times. Of the other ticks, every QUIET_SERVICE_TICKS-th
+services the publisher (requests, subscriptions, heartbeat, the rank file), so a viewer that
+attaches is answered within half a second and every tick folds from then on; the rest only
+look whether the queue is filling. `traceml.summary()` asks for a fold of its own (flush)."""
+QUIET_SERVICE_TICKS = 2
+"""While no viewer listens, the sinks are serviced every this many ticks (the folding ticks
+included): a service with nothing to answer still costs the tx thread about 0.1 ms of the GIL
+(its code is cold), twice a second instead of four times."""
 SERVE_TICK_S = 0.02
 """The tick while an attach snapshot is being sent (in parts, 2 ms of sending per tick), so a
 viewer gets a long history in a fraction of a second."""
@@ -64,8 +69,13 @@ Python resume per step."""
 SYSTEM_EVERY_S = 1.0
 PROGRESS_EVERY_S = 5.0
 PRIMARY_EVERY_S = 5.0
-"""The primary finding (heartbeats, rank file, `traceml ls`) is re-diagnosed this often: a
-diagnosis of the live window takes 2-7 ms of the GIL, too much to pay every second."""
+"""The primary finding (heartbeats, rank file, `traceml ls`) is re-diagnosed this often while a
+viewer listens: a diagnosis of the live window takes 1.5-7 ms of the GIL, too much to pay every
+second."""
+PRIMARY_QUIET_S = 15.0
+"""The same while nobody listens: only `traceml ls` reads it then (from the rank file), and a
+listing may show a finding this old. Within a second of a viewer's attaching, the heartbeats
+carry one at most PRIMARY_EVERY_S old again."""
 CUDA_GIVE_UP_S = 30.0
 """A CUDA step whose events are still pending this long is published on the host clock."""
 
@@ -149,7 +159,7 @@ class TxWorker(threading.Thread):
         self.done = threading.Event()
         self._primary: str | None = None
         """Kind of the current primary finding, refreshed every PRIMARY_EVERY_S."""
-        self._primary_at = -PRIMARY_EVERY_S
+        self._primary_at = -PRIMARY_QUIET_S
         self.busy = BusySpans()
         """When this thread ran Python; steps overlapping it carry the overlap (held_ms)."""
         self._busy_from = -1
@@ -252,14 +262,16 @@ class TxWorker(threading.Thread):
     def _tick(self, final: bool, asked: bool = False) -> None:
         """Take, fold and publish the steps queued so far, then service the sinks. While nobody
         listens, only every QUIET_FOLD_TICKS-th tick folds (or one a flush `asked` for, or one
-        that finds the queue filling); a listener that arrives in a tick's service is sent the
-        queued steps at once."""
+        that finds the queue filling) and every QUIET_SERVICE_TICKS-th services; a listener that
+        arrives in a tick's service is sent the queued steps at once."""
         self._quiet += 1
         due = self._quiet >= QUIET_FOLD_TICKS or self._filling()
         if final or asked or due or self._watched():
             self._drain(final)
             self._service()
             return
+        if self._quiet % QUIET_SERVICE_TICKS:
+            return  # nobody to answer: the next tick services
         self._service()
         if self._watched():
             self._drain(final)
@@ -377,7 +389,8 @@ class TxWorker(threading.Thread):
     def _sample(self) -> None:
         self._refresh_info()
         now = time.monotonic()
-        if self.last_step >= 0 and now - self._primary_at >= PRIMARY_EVERY_S:
+        every = PRIMARY_EVERY_S if self._watched() else PRIMARY_QUIET_S
+        if self.last_step >= 0 and now - self._primary_at >= every:
             self._primary_at = now
             self._primary = self.p.primary()
         if self.p.sampler is None:
