@@ -1,7 +1,9 @@
 """Tracebacks as the user's code made them: TraceML's own frames taken out.
 
-TraceML's wrappers (the forward, DataLoader and backward patches) sit on the stack between the
-user's frames, and `traceml run` runs the script under a bootstrap and runpy. A traceback that
+TraceML's wrappers (the DataLoader and backward patches, the forward patch's root call) sit on
+the stack between the user's frames, and `traceml run` runs the script under a bootstrap and
+runpy. The forward patch's code runs as torch's own `__call__` and reports torch's file: its frame
+is TraceML's only at the line it registered (hide_frames), while it runs a root's call. A traceback that
 reaches the user through TraceML's excepthook or the bootstrap is printed without those frames,
 so it reads exactly as without TraceML. This module must never raise: on any trouble the
 traceback is left as it was.
@@ -10,14 +12,32 @@ traceback is left as it was.
 from __future__ import annotations
 
 import os
-from types import TracebackType
+from types import CodeType, TracebackType
 
 _PACKAGE = os.path.dirname(os.path.abspath(__file__)) + os.sep
+_HIDDEN: set[tuple[CodeType, int]] = set()
+"""(code, line) of frames that are TraceML's though their code reports another file: the forward
+patch's code in torch's `__call__` while it runs a root's call (instrument/forward.py)."""
+
+
+def hide_frames(code: CodeType, line: int) -> None:
+    """Leave out the frames of `code` at `line` too."""
+    _HIDDEN.add((code, line))
+
+
+def show_frames(code: CodeType, line: int) -> None:
+    """Undo hide_frames."""
+    _HIDDEN.discard((code, line))
 
 
 def is_ours(filename: str) -> bool:
     """True for a file of the traceml package (not traceml_tui, not the user's code)."""
     return os.path.abspath(filename).startswith(_PACKAGE)
+
+
+def _ours(tb: TracebackType) -> bool:
+    code = tb.tb_frame.f_code
+    return is_ours(code.co_filename) or (code, tb.tb_lineno) in _HIDDEN
 
 
 def without_ours(tb: TracebackType | None, start_in: str | None = None) -> TracebackType | None:
@@ -28,7 +48,7 @@ def without_ours(tb: TracebackType | None, start_in: str | None = None) -> Trace
     while cur is not None:
         filename = cur.tb_frame.f_code.co_filename
         started = started or os.path.abspath(filename) == start_in
-        if started and not is_ours(filename):
+        if started and not _ours(cur):
             kept.append(cur)
         cur = cur.tb_next
     if not kept:

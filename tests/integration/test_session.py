@@ -24,6 +24,8 @@ def torch_state() -> dict[str, Any]:
     dl = importlib.import_module("torch.utils.data.dataloader")
     return {
         "call": torch.nn.Module.__dict__["__call__"],
+        "call code": torch.nn.Module.__dict__["__call__"].__code__,
+        "module globals": sorted(n for n in vars(torch.nn.modules.module) if "traceml" in n),
         "next": dl._BaseDataLoaderIter.__dict__["__next__"],
         "autograd": torch.autograd.backward,
         "to": "to" in torch.Tensor.__dict__,

@@ -2,17 +2,22 @@
 
 from __future__ import annotations
 
+import textwrap
 import threading
+import traceback
 from collections import deque
 from collections.abc import Callable, Iterator
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
 from tests.unit._clock import FakeClock
 from tests.unit._timers import MakeTimer, make_c, make_python
-from traceml.instrument.forward import RootState, make_call
-from traceml.instrument.timer import BACKWARD, FORWARD, OPTIMIZER, OTHER, RawStep
+from traceml import tracebacks
+from traceml.instrument import forward
+from traceml.instrument.forward import TORCH_CALL, RootState, make_call
+from traceml.instrument.timer import BACKWARD, FORWARD, OPTIMIZER, OTHER, RawStep, native_for
 
 
 @pytest.fixture(autouse=True, params=[make_python, make_c], ids=["python", "c"])
@@ -249,3 +254,117 @@ def test_an_interrupt_in_the_model_propagates_and_leaves_no_state() -> None:
     rig.timer.exit()
     assert not rig.state.busy and not rig.errors
     assert rig.out[-1].phase_ns[FORWARD] == 4
+
+
+FAKE_TORCH = (
+    "class Module:\n"
+    "    _compiled_call_impl = None\n"
+    "\n"
+    "    def _call_impl(self, *args, **kwargs):\n"
+    "        return self.forward(*args, **kwargs)\n"
+    "\n" + textwrap.indent(TORCH_CALL, "    ") + "\n"
+    "    __call__ = _wrapped_call_impl\n"
+)
+"""nn.Module's calling machinery as torch 2.2 and later have it, in a file of its own (no
+`from __future__` flag on its code, as in torch's)."""
+
+
+def fake_torch(source: str = FAKE_TORCH) -> Any:
+    scope: dict[str, Any] = {}
+    exec(compile(source, "<fake torch>", "exec", dont_inherit=True), scope)
+    compiler = SimpleNamespace(is_dynamo_compiling=lambda: False, is_compiling=lambda: False)
+    return SimpleNamespace(nn=SimpleNamespace(Module=scope["Module"]), compiler=compiler)
+
+
+def fail(error: BaseException) -> None:
+    pytest.fail(f"the timer failed: {error!r}")
+
+
+def layers(torch: Any, clock: FakeClock, depths: list[int]) -> Any:
+    """A model of nested modules: each advances the clock by its `ns` and calls its children;
+    the first leaf, four levels deep, notes how many frames deep its forward runs (and raises
+    when asked to)."""
+
+    class Layer(torch.nn.Module):  # type: ignore[misc]
+        def __init__(self, ns: int, *children: Any) -> None:
+            self.ns, self.children = ns, children
+
+        def forward(self, fail: bool = False) -> str:
+            clock.advance(self.ns)
+            for child in self.children:
+                child(fail=fail)
+            if self.ns == 1:
+                depths.append(len(traceback.extract_stack()))
+                if fail:
+                    raise ValueError("inner")
+            return "out"
+
+    return Layer(10, Layer(30, Layer(5, Layer(1))), Layer(20))
+
+
+def test_torchs_own_call_runs_the_traced_code_with_no_frame_per_nested_call() -> None:
+    torch, clock, out, depths = fake_torch(), FakeClock(), deque(maxlen=10), []  # type: ignore[var-annotated]
+    call = torch.nn.Module.__dict__["__call__"]
+    torch_code = call.__code__
+    model = layers(torch, clock, depths)
+    model()  # bare
+    timer = Rig.make(out, clock=clock)
+    state, undo = forward.install(torch, timer, fail)
+    assert torch.nn.Module.__dict__["__call__"] is call and call.__code__ is not torch_code
+    timer.enter()
+    assert model() == "out"
+    clock.advance(7)  # the loss
+    timer.exit()
+    assert (out[-1].phase_ns[FORWARD], out[-1].phase_ns[OTHER]) == (66, 7)
+    assert not state.busy
+    # The root runs torch's function once more under TraceML's code (and the Python timer's root
+    # is one more frame); nested calls add nothing (a wrapper added one at each of four levels).
+    root_frames = 1 if native_for(timer) is not None else 2
+    assert depths[1] == depths[0] + root_frames
+    undo()
+    assert call.__code__ is torch_code and "_traceml_state" not in call.__globals__
+    model()
+    assert depths[2] == depths[0]
+
+
+def test_a_traceback_through_the_traced_code_reads_as_torchs() -> None:
+    """Frames of nested calls report torch's file and lines; the root's own is left out."""
+    torch, clock = fake_torch(), FakeClock()
+    model = layers(torch, clock, [])
+
+    def frames() -> list[tuple[str, int]]:
+        with pytest.raises(ValueError, match="inner") as got:
+            model(fail=True)
+        tb = tracebacks.without_ours(got.value.__traceback__)
+        return [(f.filename, f.lineno or 0) for f in traceback.extract_tb(tb)]
+
+    bare = frames()
+    timer = Rig.make(deque(maxlen=10), clock=clock)
+    _, undo = forward.install(torch, timer, fail)
+    timer.enter()
+    traced = frames()
+    timer.exit()
+    undo()
+    assert traced == bare
+    assert sum(1 for f, _ in bare if f == "<fake torch>") == 2 * 4  # four levels, two each
+
+
+def test_a_call_that_is_not_torchs_known_one_gets_the_wrapper() -> None:
+    mine = "            impl = self._call_impl\n            return impl(*args, **kwargs)"
+    torch = fake_torch(
+        FAKE_TORCH.replace("            return self._call_impl(*args, **kwargs)", mine)
+    )
+    call = torch.nn.Module.__dict__["__call__"]
+    assert not forward.inlinable(call)
+    clock, out, depths = FakeClock(), deque(maxlen=10), []  # type: ignore[var-annotated]
+    model = layers(torch, clock, depths)
+    timer = Rig.make(out, clock=clock)
+    _, undo = forward.install(torch, timer, fail)
+    ours = torch.nn.Module.__dict__["__call__"]
+    assert ours is not call and ours.__traceml__
+    timer.enter()
+    model()
+    timer.exit()
+    assert out[-1].phase_ns[FORWARD] == 66
+    undo()
+    assert torch.nn.Module.__dict__["__call__"] is call

@@ -8,6 +8,17 @@ user's module, optimizer or tensor: no hook dict entry, no attribute, no closure
 would without TraceML, and every model of the step is timed, whichever one `trace_step` names: a
 GAN's generator and discriminator, an encoder and its decoder, a teacher and its student.
 
+Where torch's `__call__` is the `_wrapped_call_impl` TraceML knows (the same bytecode as
+`TORCH_CALL` below: torch 2.2 and later), TraceML does not wrap it but swaps the code of that
+function for TRACED_CALL's, which is torch's own body behind one attribute test: a nested module
+call then runs as many Python frames as without TraceML (a wrapper around it added one frame, one
+argument tuple and one keyword dict to every module call, 0.1-0.3 µs each, 100-170 µs a forward of
+a 500-module model), and `nn.Module.__call__` stays the very function object torch defined, which
+dynamo compares by identity. The names the swapped code reads (`_traceml_state`, `_traceml_root`,
+`_traceml_compiling`) sit in torch's module namespace while TraceML runs and leave it at the undo.
+The swapped code reports torch's file and lines, so tracebacks read as without TraceML. Any other
+torch keeps the wrapper.
+
 The outermost module call on the training thread is a "root": its time is `forward`. Calls nested
 in a root pass straight through (one attribute test, ~0.1 µs). A forward inside backward
 (activation checkpointing's recompute) stays `backward`, whose cost it is; a forward inside
@@ -21,11 +32,15 @@ under non-strict export, costs a second call (`torch.jit.is_scripting`) on every
 
 from __future__ import annotations
 
+import ast
+import dis
 import threading
+import types
 from collections.abc import Callable
 from typing import Any
 
 from traceml.instrument.timer import BACKWARD, FORWARD, Timer, native_for
+from traceml.tracebacks import hide_frames, show_frames
 
 OnError = Callable[[BaseException], None]
 
@@ -42,6 +57,48 @@ class RootState:
         """Thread id of the training loop; None turns the wrapper into a pure pass-through."""
 
 
+def make_root(
+    original: Callable[..., Any], timer: Timer, state: RootState, on_error: OnError
+) -> Callable[..., Any]:
+    """What a root module call runs, `original` being torch's `__call__`: `root(module, *args,
+    **kwargs)` times the call as `forward` (when it is the training thread's, inside a step and
+    not inside backward) and sets `busy` for the calls nested in it.
+
+    With the C timer it is one C call, `_native.Root` (0.5 µs a root call less than the Python
+    body below, its reference).
+    """
+    c = native_for(timer)
+    if c is not None:
+        root: Callable[..., Any] = c.Root(timer, state, original, on_error, FORWARD, BACKWARD)
+        return root
+    get_ident = threading.get_ident
+
+    def python_root(*args: Any, **kwargs: Any) -> Any:
+        if get_ident() != state.owner:
+            return original(*args, **kwargs)
+        state.busy = (
+            True  # set outside steps too, so a compiled module sees one value (no recompile)
+        )
+        try:
+            if not timer.inside or timer.in_phase(BACKWARD):
+                return original(*args, **kwargs)
+            try:
+                timer.begin(FORWARD)
+            except Exception as e:  # noqa: BLE001 - never into the user's loop
+                on_error(e)
+            try:
+                return original(*args, **kwargs)
+            finally:
+                try:
+                    timer.end(FORWARD)
+                except Exception as e:  # noqa: BLE001
+                    on_error(e)
+        finally:
+            state.busy = False
+
+    return python_root
+
+
 def make_call(
     original: Callable[..., Any],
     timer: Timer,
@@ -49,71 +106,137 @@ def make_call(
     on_error: OnError,
     is_compiling: Callable[[], bool],
 ) -> Callable[..., Any]:
-    """The replacement for `torch.nn.Module.__call__`; `original` is the one it replaces.
+    """A wrapper of `torch.nn.Module.__call__` (`original`), for a torch whose `__call__` is not
+    the one TRACED_CALL repeats.
 
-    With the C timer, a root call's work after the first test (owner thread, timing, `busy`) is
-    one C call, `_native.Root` (0.5 µs a root call less than the Python body below, its
-    reference). The first test stays Python either way, so nested calls pay no C call and
-    dynamo, which traces through this function, sees `is_compiling()` and the original call.
+    The first test stays Python, so nested calls pay no C call and dynamo, which traces through
+    this function, sees `is_compiling()` and the original call.
     """
-    c = native_for(timer)
-    if c is not None:
-        root = c.Root(timer, state, original, on_error, FORWARD, BACKWARD)
+    root = make_root(original, timer, state, on_error)
 
-        # The module is args[0] (in both bodies): passing `args` on as it came builds no new
-        # tuple, where `original(self, *args)` builds a list and a tuple on every module call.
-        # Most module calls take no keyword: `f(*args)` then passes the tuple on, where
-        # `f(*args, **kwargs)` builds and merges one more dict on every call.
-        def __call__(*args: Any, **kwargs: Any) -> Any:
-            if state.busy or is_compiling():
-                if kwargs:
-                    return original(*args, **kwargs)
-                return original(*args)
+    # The module is args[0]: passing `args` on as it came builds no new tuple, where
+    # `original(self, *args)` builds a list and a tuple on every module call. Most module calls
+    # take no keyword: `f(*args)` then passes the tuple on, where `f(*args, **kwargs)` builds
+    # and merges one more dict on every call.
+    def __call__(*args: Any, **kwargs: Any) -> Any:
+        if state.busy or is_compiling():
             if kwargs:
-                return root(*args, **kwargs)
-            return root(*args)
-
-    else:
-        get_ident = threading.get_ident
-
-        def __call__(*args: Any, **kwargs: Any) -> Any:
-            if state.busy or is_compiling() or get_ident() != state.owner:
-                return original(*args, **kwargs) if kwargs else original(*args)
-            state.busy = (
-                True  # set outside steps too, so a compiled module sees one value (no recompile)
-            )
-            try:
-                if not timer.inside or timer.in_phase(BACKWARD):
-                    return original(*args, **kwargs)
-                try:
-                    timer.begin(FORWARD)
-                except Exception as e:  # noqa: BLE001 - never into the user's loop
-                    on_error(e)
-                try:
-                    return original(*args, **kwargs)
-                finally:
-                    try:
-                        timer.end(FORWARD)
-                    except Exception as e:  # noqa: BLE001
-                        on_error(e)
-            finally:
-                state.busy = False
+                return original(*args, **kwargs)
+            return original(*args)
+        if kwargs:
+            return root(*args, **kwargs)
+        return root(*args)
 
     __call__.__wrapped__ = original  # type: ignore[attr-defined]
     __call__.__traceml__ = True  # type: ignore[attr-defined]
     return __call__
 
 
-def install(torch: Any, timer: Timer, on_error: OnError) -> tuple[RootState, Callable[[], None]]:
-    """Replace `torch.nn.Module.__call__`; returns the shared state and the undo.
+TORCH_CALL = """\
+def _wrapped_call_impl(self, *args, **kwargs):
+    if self._compiled_call_impl is not None:
+        return self._compiled_call_impl(*args, **kwargs)  # type: ignore[misc]
+    else:
+        return self._call_impl(*args, **kwargs)
+"""
+"""torch's `nn.Module._wrapped_call_impl` (torch/nn/modules/module.py, 2.2 and later): its code
+is swapped only for a function of exactly this bytecode."""
 
-    The undo puts the original back only if the wrapper is still the class attribute; if another
-    tool wrapped it since, ours stays in its chain as a pure pass-through (owner None).
+TRACED_CALL = """\
+def _wrapped_call_impl(self, *args, **kwargs):
+    if _traceml_state.busy or _traceml_compiling():
+        if self._compiled_call_impl is not None:
+            return self._compiled_call_impl(*args, **kwargs)
+        else:
+            return self._call_impl(*args, **kwargs)
+    if kwargs:
+        return _traceml_root(self, *args, **kwargs)
+    return _traceml_root(self, *args)
+"""
+"""The code torch's `__call__` runs while TraceML does: torch's own body for a call nested in a
+root, another thread's call, or while dynamo traces (`is_dynamo_compiling()` is then constant
+True and the graph holds only torch's call); the root's timing (`_traceml_root`) otherwise. The
+names it reads are torch's module globals while it is installed."""
+
+_TORCH_LINE = {1: 0, 2: 0, 3: 1, 4: 2, 5: 3, 6: 4, 7: 0, 8: 0, 9: 0}
+"""TRACED_CALL's line -> TORCH_CALL's (0 is the `def`). The code reports torch's file and lines,
+torch's statements at their own: a traceback through a nested module call reads exactly as
+without TraceML. TraceML's own lines report the `def` line, whole (ROOT_LINE)."""
+_TORCH_LINES = frozenset({3, 4, 5, 6})
+"""TRACED_CALL's lines holding torch's statements (one level deeper than in its class)."""
+ROOT_LINE = 0
+"""The line (from the `def`) a frame of the traced code reports while it runs a root's call:
+such a frame stands for TraceML's work, and tracebacks.py leaves it out."""
+_WHOLE_LINE = 10_000
+"""An end column past any line's end: a traceback underlines no part of the line."""
+
+_CODE_FIELDS = (
+    "co_code", "co_consts", "co_names", "co_varnames", "co_argcount", "co_posonlyargcount",
+    "co_kwonlyargcount", "co_flags", "co_freevars", "co_cellvars",
+)  # fmt: skip
+
+
+def _function_code(module: types.CodeType) -> types.CodeType:
+    return next(c for c in module.co_consts if isinstance(c, types.CodeType))
+
+
+def inlinable(call: Any) -> bool:
+    """Whether `call` is torch's `_wrapped_call_impl` as TORCH_CALL has it (same bytecode)."""
+    code = getattr(call, "__code__", None)
+    if not isinstance(call, types.FunctionType) or call.__closure__ is not None or code is None:
+        return False
+    # dont_inherit: this module's `from __future__ import annotations` would set a code flag.
+    known = _function_code(compile(TORCH_CALL, "<torch>", "exec", dont_inherit=True))
+    return all(getattr(code, f) == getattr(known, f) for f in _CODE_FIELDS)
+
+
+def traced_code(torch_code: types.CodeType) -> types.CodeType:
+    """TRACED_CALL compiled as if it sat where torch's function does: its file, its lines (each
+    of torch's statements at its own line and column), its name."""
+    tree = ast.parse(TRACED_CALL)
+    first = torch_code.co_firstlineno
+    # Columns: torch's `if self._compiled_call_impl` test, in its file (a method in a class)
+    # and in TRACED_CALL; TraceML's own lines sit one level less deep than torch's there.
+    # (Python 3.10 has no columns: nothing to align.)
+    found = (getattr(i, "positions", None) for i in dis.get_instructions(torch_code))
+    torch_col = next((p.col_offset for p in found if p is not None and p.col_offset), None)
+    shift = 0 if torch_col is None else torch_col - TRACED_CALL.splitlines()[2].index("self")
+    for node in ast.walk(tree):
+        line, end = getattr(node, "lineno", None), getattr(node, "end_lineno", None)
+        if line is None or end is None:
+            continue
+        node.lineno = first + _TORCH_LINE[line]  # type: ignore[attr-defined]
+        node.end_lineno = max(node.lineno, first + _TORCH_LINE[end])  # type: ignore[attr-defined]
+        if line in _TORCH_LINES:
+            node.col_offset += shift  # type: ignore[attr-defined]
+        else:
+            node.col_offset = 0  # type: ignore[attr-defined]
+        if end in _TORCH_LINES:
+            node.end_col_offset += shift  # type: ignore[attr-defined]
+        elif getattr(node, "end_col_offset", None) is not None:
+            node.end_col_offset = _WHOLE_LINE  # type: ignore[attr-defined]
+    tree.body[0].end_lineno = first + max(_TORCH_LINE.values())
+    module = compile(tree, torch_code.co_filename, "exec", dont_inherit=True)
+    code: Any = _function_code(module)
+    qualname = getattr(torch_code, "co_qualname", None)  # Python 3.11 and later
+    return code.replace(co_qualname=qualname) if qualname is not None else code  # type: ignore[no-any-return]
+
+
+def install(torch: Any, timer: Timer, on_error: OnError) -> tuple[RootState, Callable[[], None]]:
+    """Time root module calls: swap the code of torch's `__call__` for TRACED_CALL's where it is
+    the one TraceML knows, else replace `torch.nn.Module.__call__` with a wrapper. Returns the
+    shared state and the undo.
+
+    The undo puts torch's code (or its function) back only if ours is still there; if another
+    tool wrapped or replaced it since, ours stays in its chain as a pure pass-through (owner
+    None).
     """
     module_cls = torch.nn.Module
     original = module_cls.__call__
     state = RootState()
     compiling = getattr(torch.compiler, "is_dynamo_compiling", torch.compiler.is_compiling)
+    if inlinable(original) and module_cls.__dict__.get("_wrapped_call_impl") is original:
+        return state, _swap_code(original, timer, state, on_error, compiling)
     ours = make_call(original, timer, state, on_error, compiling)
     module_cls.__call__ = ours
 
@@ -123,3 +246,38 @@ def install(torch: Any, timer: Timer, on_error: OnError) -> tuple[RootState, Cal
             module_cls.__call__ = original
 
     return state, undo
+
+
+def _swap_code(
+    call: types.FunctionType,
+    timer: Timer,
+    state: RootState,
+    on_error: OnError,
+    compiling: Callable[[], bool],
+) -> Callable[[], None]:
+    """Give torch's `call` the traced code; the root runs a copy of torch's function."""
+    torch_code = call.__code__
+    ours = traced_code(torch_code)
+    copy = types.FunctionType(torch_code, call.__globals__, call.__name__, call.__defaults__)
+    copy.__qualname__ = call.__qualname__
+    scope = call.__globals__
+    names = {
+        "_traceml_state": state,
+        "_traceml_root": make_root(copy, timer, state, on_error),
+        "_traceml_compiling": compiling,
+    }
+    scope.update(names)
+    hidden = (ours, torch_code.co_firstlineno + ROOT_LINE)
+    hide_frames(*hidden)
+    call.__code__ = ours
+
+    def undo() -> None:
+        state.owner = None
+        if call.__code__ is ours:
+            call.__code__ = torch_code
+            for name, value in names.items():
+                if scope.get(name) is value:
+                    del scope[name]
+            show_frames(*hidden)
+
+    return undo
