@@ -2,11 +2,11 @@
 
 TraceML's wrappers (the DataLoader and backward patches, the forward patch's root call) sit on
 the stack between the user's frames, and `traceml run` runs the script under a bootstrap and
-runpy. The forward patch's code runs as torch's own `__call__` and reports torch's file: its frame
-is TraceML's only at the line it registered (hide_frames), while it runs a root's call. A traceback that
-reaches the user through TraceML's excepthook or the bootstrap is printed without those frames,
-so it reads exactly as without TraceML. This module must never raise: on any trouble the
-traceback is left as it was.
+runpy. The forward patch's code runs as torch's own `__call__` and reports torch's file: its
+frame is TraceML's only at the line it registered (hide_frames), while it runs a root's call. A
+traceback that reaches the user through TraceML's excepthook or the bootstrap is printed without
+those frames, so it reads exactly as without TraceML. This module must never raise: on any
+trouble the traceback is left as it was.
 """
 
 from __future__ import annotations
