@@ -1,4 +1,4 @@
-"""What the forward wrapper (`torch.nn.Module.__call__`, auto mode) adds to each module call.
+"""What the forward patch (`torch.nn.Module.__call__`, auto mode) adds to each module call.
 
     .venv/bin/python benchmarks/module_call.py [--rounds 9]
 
@@ -6,7 +6,8 @@ Interleaved rounds, in one process: bare, traced with the Python timer, traced w
 (the default when built), bare again (the two bare figures' difference is the noise). "root" is
 one call of a leaf module inside a step (the timed path); "nested" is the per-module cost of a
 101-module forward (the pass-through path every submodule takes). Prints the median and mean
-over rounds, in ns per call.
+over rounds, in ns per call. With torch 2.2 and later the patch is torch's own function running
+TraceML's code (instrument/forward.py); `PYTHONPATH=<another checkout>` measures another tree's.
 """
 
 from __future__ import annotations
