@@ -20,7 +20,8 @@ The swapped code reports torch's file and lines, so tracebacks read as without T
 torch keeps the wrapper.
 
 The outermost module call on the training thread is a "root": its time is `forward`. Calls nested
-in a root pass straight through (one attribute test, ~0.1 µs). A forward inside backward
+in a root pass straight through (one attribute test: 0.01-0.02 µs in torch's swapped code, about
+0.15 µs through the wrapper). A forward inside backward
 (activation checkpointing's recompute) stays `backward`, whose cost it is; a forward inside
 `optimizer.step(closure)` (LBFGS) is `forward`, as the timer's innermost-phase rule says.
 
