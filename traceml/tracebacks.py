@@ -1,33 +1,20 @@
 """Tracebacks as the user's code made them: TraceML's own frames taken out.
 
-TraceML's wrappers (the DataLoader and backward patches, the forward patch's root call) sit on
-the stack between the user's frames, and `traceml run` runs the script under a bootstrap and
-runpy. The forward patch's code runs as torch's own `__call__` and reports torch's file: its
-frame is TraceML's only at the line it registered (hide_frames), while it runs a root's call. A
-traceback that reaches the user through TraceML's excepthook or the bootstrap is printed without
-those frames, so it reads exactly as without TraceML. This module must never raise: on any
+TraceML's wrappers (the DataLoader and backward patches; the forward patch where it wraps
+`nn.Module.__call__`) sit on the stack between the user's frames, and `traceml run` runs the
+script under a bootstrap and runpy. (Where the forward patch swaps the code of torch's own
+`__call__` instead, its frames are torch's, at torch's lines: nothing to take out.) A traceback
+that reaches the user through TraceML's excepthook or the bootstrap is printed without those
+frames, so it reads exactly as without TraceML. This module must never raise: on any
 trouble the traceback is left as it was.
 """
 
 from __future__ import annotations
 
 import os
-from types import CodeType, TracebackType
+from types import TracebackType
 
 _PACKAGE = os.path.dirname(os.path.abspath(__file__)) + os.sep
-_HIDDEN: set[tuple[CodeType, int]] = set()
-"""(code, line) of frames that are TraceML's though their code reports another file: the forward
-patch's code in torch's `__call__` while it runs a root's call (instrument/forward.py)."""
-
-
-def hide_frames(code: CodeType, line: int) -> None:
-    """Leave out the frames of `code` at `line` too."""
-    _HIDDEN.add((code, line))
-
-
-def show_frames(code: CodeType, line: int) -> None:
-    """Undo hide_frames."""
-    _HIDDEN.discard((code, line))
 
 
 def is_ours(filename: str) -> bool:
@@ -36,8 +23,7 @@ def is_ours(filename: str) -> bool:
 
 
 def _ours(tb: TracebackType) -> bool:
-    code = tb.tb_frame.f_code
-    return is_ours(code.co_filename) or (code, tb.tb_lineno) in _HIDDEN
+    return is_ours(tb.tb_frame.f_code.co_filename)
 
 
 def without_ours(tb: TracebackType | None, start_in: str | None = None) -> TracebackType | None:

@@ -14,10 +14,9 @@ import pytest
 
 from tests.unit._clock import FakeClock
 from tests.unit._timers import MakeTimer, make_c, make_python
-from traceml import tracebacks
 from traceml.instrument import forward
 from traceml.instrument.forward import TORCH_CALL, RootState, make_call
-from traceml.instrument.timer import BACKWARD, FORWARD, OPTIMIZER, OTHER, RawStep, native_for
+from traceml.instrument.timer import BACKWARD, FORWARD, OPTIMIZER, OTHER, RawStep
 
 
 @pytest.fixture(autouse=True, params=[make_python, make_c], ids=["python", "c"])
@@ -317,10 +316,9 @@ def test_torchs_own_call_runs_the_traced_code_with_no_frame_per_nested_call() ->
     timer.exit()
     assert (out[-1].phase_ns[FORWARD], out[-1].phase_ns[OTHER]) == (66, 7)
     assert not state.busy
-    # The root runs torch's function once more under TraceML's code (and the Python timer's root
-    # is one more frame); nested calls add nothing (a wrapper added one at each of four levels).
-    root_frames = 1 if native_for(timer) is not None else 2
-    assert depths[1] == depths[0] + root_frames
+    # The root's enter and leave are calls around torch's body in torch's own frame, with either
+    # timer: no call adds a frame (a wrapper added one at each of four levels).
+    assert depths[1] == depths[0]
     undo()
     assert call.__code__ is torch_code and "_traceml_state" not in call.__globals__
     model()
@@ -328,15 +326,20 @@ def test_torchs_own_call_runs_the_traced_code_with_no_frame_per_nested_call() ->
 
 
 def test_a_traceback_through_the_traced_code_reads_as_torchs() -> None:
-    """Frames of nested calls report torch's file and lines; the root's own is left out."""
+    """Every frame, the root's included, reports torch's file, lines and columns: nothing is
+    left out, and there is nothing to leave out."""
     torch, clock = fake_torch(), FakeClock()
     model = layers(torch, clock, [])
 
-    def frames() -> list[tuple[str, int]]:
+    def frames() -> list[tuple[str, int | None, int | None, int | None]]:
         with pytest.raises(ValueError, match="inner") as got:
             model(fail=True)
-        tb = tracebacks.without_ours(got.value.__traceback__)
-        return [(f.filename, f.lineno or 0) for f in traceback.extract_tb(tb)]
+        tb = traceback.extract_tb(got.value.__traceback__)
+        # Columns: Python 3.11 and later, where a traceback underlines the failing call.
+        return [
+            (f.filename, f.lineno, getattr(f, "colno", None), getattr(f, "end_colno", None))
+            for f in tb
+        ]
 
     bare = frames()
     timer = Rig.make(deque(maxlen=10), clock=clock)
@@ -346,7 +349,7 @@ def test_a_traceback_through_the_traced_code_reads_as_torchs() -> None:
     timer.exit()
     undo()
     assert traced == bare
-    assert sum(1 for f, _ in bare if f == "<fake torch>") == 2 * 4  # four levels, two each
+    assert sum(1 for f in bare if f[0] == "<fake torch>") == 2 * 4  # four levels, two each
 
 
 def test_a_call_that_is_not_torchs_known_one_gets_the_wrapper() -> None:
@@ -368,3 +371,38 @@ def test_a_call_that_is_not_torchs_known_one_gets_the_wrapper() -> None:
     assert out[-1].phase_ns[FORWARD] == 66
     undo()
     assert torch.nn.Module.__dict__["__call__"] is call
+
+
+@pytest.mark.parametrize("slotted", [True, False], ids=["slots", "attributes"])
+def test_enter_and_leave_open_time_and_close_a_root(slotted: bool) -> None:
+    """The C edges read and write RootState's slots directly; any other state object through
+    its attributes. Both must be what Python code reads."""
+    clock, out = FakeClock(), deque(maxlen=10)  # type: ignore[var-annotated]
+    timer = Rig.make(out, clock=clock)
+    state: Any = (
+        RootState() if slotted else SimpleNamespace(busy=False, owner=threading.get_ident())
+    )
+    enter, leave = forward.make_edges(timer, state, fail)
+    assert (enter(), state.busy) == (forward.OPENED, True)  # outside a step: open, not timed
+    leave(forward.OPENED)
+    assert not state.busy
+    timer.enter()
+    token = enter()
+    assert (token, state.busy) == (forward.TIMED, True)
+    clock.advance(9)
+    leave(token)
+    timer.begin(BACKWARD)
+    assert enter() == forward.OPENED  # a recompute inside backward stays backward
+    clock.advance(4)
+    leave(forward.OPENED)
+    timer.end(BACKWARD)
+    timer.exit()
+    assert (out[-1].phase_ns[FORWARD], out[-1].phase_ns[BACKWARD], state.busy) == (9, 4, False)
+    got: list[int] = []
+    other = threading.Thread(target=lambda: got.append(enter()))
+    other.start()
+    other.join()
+    assert got == [forward.NOT_OURS] and not state.busy
+    leave(forward.NOT_OURS)
+    state.owner = None  # forgotten (a forked child): every call passes
+    assert enter() == forward.NOT_OURS and not state.busy

@@ -2,6 +2,7 @@
  *
  *   StepTimer     timer.StepTimer, method for method (the training thread, every boundary);
  *   Timed, Edge   the wrappers and optimizer hooks of hooks.Hooks (no Python frame per call);
+ *   RootEdge      forward.make_edges's enter and leave of a root module call;
  *   Step          api.StepContext, what `trace_step` returns;
  *   host_records  resolve.host_records (the tx thread, every step).
  *
@@ -496,7 +497,7 @@ Timer_use_comm(Timer *self, PyObject *take)
     Py_RETURN_NONE;
 }
 
-/* Whether phase `idx` is the innermost one open (Timer.in_phase; forward's Root asks it of
+/* Whether phase `idx` is the innermost one open (Timer.in_phase; forward's RootEdge asks it of
  * backward). */
 static int
 timer_in_phase(Timer *self, long idx)
@@ -969,32 +970,80 @@ static PyTypeObject EdgeType = {
     .tp_clear = (inquiry)Edge_clear,
 };
 
-/* Root(timer, state, original, on_error, forward, backward): the root-call half of
- * forward.make_call's `nn.Module.__call__` wrapper, `root(module, *args, **kwargs)`. The wrapper
- * itself stays Python (dynamo traces through it) and calls this only when no root is open and
- * dynamo is not compiling; here: pass through unless on the owner thread, mark the root open
- * (state.busy), and time `original` as `forward` inside a step unless backward is open (an
- * activation checkpoint's recompute). `state` is forward.RootState, read and written through
- * its attributes so that the Python wrapper and dynamo see the same object as before. */
+/* RootEdge(timer, state, on_error, forward, backward, opens): one side of a root module call,
+ * as forward.make_edges's Python `enter` and `leave`. The code that calls them stays Python (it is
+ * torch's own `__call__`, which dynamo traces) and runs torch's body between them:
+ *
+ *     token = enter()           # opens=True: 0 on another thread, else 1, or 2 when timed
+ *     try: <torch's body>
+ *     finally: leave(token)     # opens=False
+ *
+ * enter passes unless on the owner thread, marks the root open (state.busy) and begins `forward`
+ * inside a step unless backward is open (an activation checkpoint's recompute); leave ends what
+ * enter began. leave runs in a `finally`, possibly while the module's exception unwinds: that
+ * exception sits on the caller's frame, not in the thread state, so nothing here disturbs it.
+ * `state` is forward.RootState, read and written through its attributes so that the Python code
+ * and dynamo see the same object as before. */
 typedef struct {
     PyObject_HEAD
     vectorcallfunc vectorcall;
     Timer *timer;
     PyObject *state;
-    PyObject *original;
     PyObject *on_error;
+    PyObject *busy_d;     /* RootState's slot descriptors ("busy", "owner"), or NULL */
+    PyObject *owner_d;
     int forward;
     int backward;
-} Root;
+    int opens;
+} RootEdge;
+
+#define ROOT_OTHER 0  /* not the owner thread's call: nothing opened */
+#define ROOT_OPEN 1   /* the root is open (busy), not timed */
+#define ROOT_TIMED 2  /* open and timed as forward */
 
 static PyObject *BUSY; /* "busy" and "owner", RootState's attributes */
 static PyObject *OWNER;
 
+/* `state`'s slot `name` as its class defines it (a member descriptor), or NULL (no error set)
+ * when it is held some other way. Read and written through the member itself, a slot is the
+ * same attribute Python code sees, without the attribute lookup through the class on each call
+ * (about 20 ns each, three a root call). */
+static PyObject *
+slot_of(PyObject *state, PyObject *name)
+{
+    PyObject *d = PyDict_GetItemWithError(Py_TYPE(state)->tp_dict, name);
+    if (d == NULL || !Py_IS_TYPE(d, &PyMemberDescr_Type) ||
+        ((PyMemberDescrObject *)d)->d_member->type != T_OBJECT_EX ||
+        !PyObject_TypeCheck(state, ((PyMemberDescrObject *)d)->d_common.d_type)) {
+        PyErr_Clear();
+        return NULL;
+    }
+    return Py_NewRef(d);
+}
+
+static PyObject *
+state_get(PyObject *state, PyObject *slot, PyObject *name)
+{
+    if (slot == NULL) {
+        return PyObject_GetAttr(state, name);
+    }
+    return PyMember_GetOne((const char *)state, ((PyMemberDescrObject *)slot)->d_member);
+}
+
+static int
+state_set(PyObject *state, PyObject *slot, PyObject *name, PyObject *value)
+{
+    if (slot == NULL) {
+        return PyObject_SetAttr(state, name, value);
+    }
+    return PyMember_SetOne((char *)state, ((PyMemberDescrObject *)slot)->d_member, value);
+}
+
 /* 1 when the calling thread is state.owner, 0 when not (or owner is None), -1 on error. */
 static int
-on_owner_thread(PyObject *state)
+on_owner_thread(RootEdge *self)
 {
-    PyObject *owner = PyObject_GetAttr(state, OWNER);
+    PyObject *owner = state_get(self->state, self->owner_d, OWNER);
     if (owner == NULL) {
         return -1;
     }
@@ -1011,54 +1060,73 @@ on_owner_thread(PyObject *state)
 }
 
 static PyObject *
-Root_vectorcall(Root *self, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+root_enter(RootEdge *self)
 {
-    int mine = on_owner_thread(self->state);
+    int mine = on_owner_thread(self);
     if (mine <= 0) {
-        if (mine < 0) {
-            return NULL;
-        }
-        return PyObject_Vectorcall(self->original, args, nargsf, kwnames);
+        return mine < 0 ? NULL : PyLong_FromLong(ROOT_OTHER);
     }
-    if (PyObject_SetAttr(self->state, BUSY, Py_True) < 0) {
+    /* Set outside steps too, so a compiled module sees one value (no recompile). */
+    if (state_set(self->state, self->busy_d, BUSY, Py_True) < 0) {
         return NULL;
     }
     Timer *t = self->timer;
-    int timed = t->inside && !timer_in_phase(t, self->backward);
-    if (timed && timer_begin(t, self->forward) < 0 && report(self->on_error) < 0) {
+    if (!t->inside || timer_in_phase(t, self->backward)) {
+        return PyLong_FromLong(ROOT_OPEN);
+    }
+    if (timer_begin(t, self->forward) < 0 && report(self->on_error) < 0) {
         PyObject *raised = take_raised();
-        PyObject_SetAttr(self->state, BUSY, Py_False);
+        state_set(self->state, self->busy_d, BUSY, Py_False);
         restore_raised(raised);
         return NULL;
     }
-    PyObject *result = PyObject_Vectorcall(self->original, args, nargsf, kwnames);
-    PyObject *raised = result == NULL ? take_raised() : NULL;
-    if (timed && timer_end(t) < 0 && report(self->on_error) < 0) {
-        Py_XDECREF(result);
-        Py_XDECREF(raised);
-        result = NULL;
-        raised = take_raised();
+    return PyLong_FromLong(ROOT_TIMED);
+}
+
+static PyObject *
+root_leave(RootEdge *self, PyObject *token)
+{
+    long opened = PyLong_AsLong(token);
+    if (opened == -1 && PyErr_Occurred()) {
+        return NULL;
     }
-    if (PyObject_SetAttr(self->state, BUSY, Py_False) < 0) {
-        Py_XDECREF(result);
+    if (opened == ROOT_OTHER) {
+        Py_RETURN_NONE;
+    }
+    int failed = opened == ROOT_TIMED && timer_end(self->timer) < 0 &&
+                 report(self->on_error) < 0;
+    PyObject *raised = failed ? take_raised() : NULL;
+    if (state_set(self->state, self->busy_d, BUSY, Py_False) < 0) {
         Py_XDECREF(raised);
         return NULL;
     }
     if (raised != NULL) {
         restore_raised(raised);
+        return NULL;
     }
-    return result;
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+RootEdge_vectorcall(RootEdge *self, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    Py_ssize_t n = PyVectorcall_NARGS(nargsf);
+    if (kwnames != NULL || n != (self->opens ? 0 : 1)) {
+        PyErr_SetString(PyExc_TypeError, self->opens ? "enter() takes no argument"
+                                                     : "leave() takes one argument (the token)");
+        return NULL;
+    }
+    return self->opens ? root_enter(self) : root_leave(self, args[0]);
 }
 
 static int
-Root_init(Root *self, PyObject *args, PyObject *kwds)
+RootEdge_init(RootEdge *self, PyObject *args, PyObject *kwds)
 {
-    static char *kwlist[] = {"timer", "state", "original", "on_error", "forward", "backward",
-                             NULL};
-    PyObject *timer, *state, *original, *on_error;
-    int forward, backward;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOOii:Root", kwlist, &timer, &state,
-                                     &original, &on_error, &forward, &backward)) {
+    static char *kwlist[] = {"timer", "state", "on_error", "forward", "backward", "opens", NULL};
+    PyObject *timer, *state, *on_error;
+    int forward, backward, opens;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOiip:RootEdge", kwlist, &timer, &state,
+                                     &on_error, &forward, &backward, &opens)) {
         return -1;
     }
     if (timer_arg(timer) == NULL || !valid_phase(forward) || !valid_phase(backward)) {
@@ -1066,55 +1134,60 @@ Root_init(Root *self, PyObject *args, PyObject *kwds)
     }
     Py_XSETREF(self->timer, (Timer *)Py_NewRef(timer));
     Py_XSETREF(self->state, Py_NewRef(state));
-    Py_XSETREF(self->original, Py_NewRef(original));
     Py_XSETREF(self->on_error, Py_NewRef(on_error));
+    Py_XSETREF(self->busy_d, slot_of(state, BUSY));
+    Py_XSETREF(self->owner_d, slot_of(state, OWNER));
     self->forward = forward;
     self->backward = backward;
-    self->vectorcall = (vectorcallfunc)Root_vectorcall;
+    self->opens = opens;
+    self->vectorcall = (vectorcallfunc)RootEdge_vectorcall;
     return 0;
 }
 
 static int
-Root_traverse(Root *self, visitproc visit, void *arg)
+RootEdge_traverse(RootEdge *self, visitproc visit, void *arg)
 {
     Py_VISIT(self->timer);
     Py_VISIT(self->state);
-    Py_VISIT(self->original);
     Py_VISIT(self->on_error);
+    Py_VISIT(self->busy_d);
+    Py_VISIT(self->owner_d);
     return 0;
 }
 
 static int
-Root_clear(Root *self)
+RootEdge_clear(RootEdge *self)
 {
     Py_CLEAR(self->timer);
     Py_CLEAR(self->state);
-    Py_CLEAR(self->original);
     Py_CLEAR(self->on_error);
+    Py_CLEAR(self->busy_d);
+    Py_CLEAR(self->owner_d);
     return 0;
 }
 
 static void
-Root_dealloc(Root *self)
+RootEdge_dealloc(RootEdge *self)
 {
     PyObject_GC_UnTrack(self);
-    Root_clear(self);
+    RootEdge_clear(self);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
-static PyTypeObject RootType = {
+static PyTypeObject RootEdgeType = {
     PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "traceml.instrument._native.Root",
-    .tp_doc = "Root(timer, state, original, on_error, forward, backward): a root module call.",
-    .tp_basicsize = sizeof(Root),
+    .tp_name = "traceml.instrument._native.RootEdge",
+    .tp_doc = "RootEdge(timer, state, on_error, forward, backward, opens): a root module call's "
+              "enter() (opens) or leave(token).",
+    .tp_basicsize = sizeof(RootEdge),
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
-    .tp_vectorcall_offset = offsetof(Root, vectorcall),
+    .tp_vectorcall_offset = offsetof(RootEdge, vectorcall),
     .tp_call = PyVectorcall_Call,
     .tp_new = PyType_GenericNew,
-    .tp_init = (initproc)Root_init,
-    .tp_dealloc = (destructor)Root_dealloc,
-    .tp_traverse = (traverseproc)Root_traverse,
-    .tp_clear = (inquiry)Root_clear,
+    .tp_init = (initproc)RootEdge_init,
+    .tp_dealloc = (destructor)RootEdge_dealloc,
+    .tp_traverse = (traverseproc)RootEdge_traverse,
+    .tp_clear = (inquiry)RootEdge_clear,
 };
 
 /* Step(timer, on_nested, on_error): what `trace_step` returns (as api.StepContext). A nested
@@ -1389,7 +1462,7 @@ static struct PyModuleDef native_module = {
 PyMODINIT_FUNC
 PyInit__native(void)
 {
-    PyTypeObject *types[] = {&TimerType, &TimedType, &EdgeType, &RootType, &StepType};
+    PyTypeObject *types[] = {&TimerType, &TimedType, &EdgeType, &RootEdgeType, &StepType};
     for (size_t i = 0; i < sizeof(types) / sizeof(types[0]); i++) {
         if (PyType_Ready(types[i]) < 0) {
             return NULL;
@@ -1406,7 +1479,7 @@ PyInit__native(void)
         return NULL;
     }
     if (PyModule_AddType(m, &TimerType) < 0 || PyModule_AddType(m, &TimedType) < 0 ||
-        PyModule_AddType(m, &EdgeType) < 0 || PyModule_AddType(m, &RootType) < 0 ||
+        PyModule_AddType(m, &EdgeType) < 0 || PyModule_AddType(m, &RootEdgeType) < 0 ||
         PyModule_AddType(m, &StepType) < 0) {
         Py_DECREF(m);
         return NULL;

@@ -57,6 +57,18 @@ class Edge:
     ) -> None: ...
     def __call__(self, opt: Any, args: Any, kwargs: Any) -> None: ...
 
+class RootEdge:
+    def __init__(
+        self,
+        timer: StepTimer,
+        state: Any,
+        on_error: Callable[[BaseException], None],
+        forward: int,
+        backward: int,
+        opens: bool,
+    ) -> None: ...
+    def __call__(self, *token: int) -> int | None: ...
+
 class Step:
     def __init__(
         self,

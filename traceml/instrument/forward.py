@@ -10,14 +10,15 @@ GAN's generator and discriminator, an encoder and its decoder, a teacher and its
 
 Where torch's `__call__` is the `_wrapped_call_impl` TraceML knows (the same bytecode as
 `TORCH_CALL` below: torch 2.2 and later), TraceML does not wrap it but swaps the code of that
-function for TRACED_CALL's, which is torch's own body behind one attribute test: a nested module
-call then runs as many Python frames as without TraceML (a wrapper around it added one frame, one
+function for TRACED_CALL's: torch's own body behind one attribute test, and for a root the same
+body between two C calls that open and close it (make_edges). Every module call, root or nested,
+then runs as many Python frames as without TraceML (a wrapper around it added one frame, one
 argument tuple and one keyword dict to every module call, 0.1-0.3 µs each, 100-170 µs a forward of
 a 500-module model), and `nn.Module.__call__` stays the very function object torch defined, which
-dynamo compares by identity. The names the swapped code reads (`_traceml_state`, `_traceml_root`,
-`_traceml_compiling`) sit in torch's module namespace while TraceML runs and leave it at the undo.
-The swapped code reports torch's file and lines, so tracebacks read as without TraceML. Any other
-torch keeps the wrapper.
+dynamo compares by identity. The names the swapped code reads (`_traceml_state`, `_traceml_enter`,
+`_traceml_leave`, `_traceml_compiling`) sit in torch's module namespace while TraceML runs and
+leave it at the undo. The swapped code reports torch's file and lines, so tracebacks read as
+without TraceML. Any other torch keeps the wrapper.
 
 The outermost module call on the training thread is a "root": its time is `forward`. Calls nested
 in a root pass straight through (one attribute test: 0.01-0.02 µs in torch's swapped code, about
@@ -41,7 +42,6 @@ from collections.abc import Callable
 from typing import Any
 
 from traceml.instrument.timer import BACKWARD, FORWARD, Timer, native_for
-from traceml.tracebacks import hide_frames, show_frames
 
 OnError = Callable[[BaseException], None]
 
@@ -58,38 +58,47 @@ class RootState:
         """Thread id of the training loop; None turns the wrapper into a pure pass-through."""
 
 
-def make_root(
-    original: Callable[..., Any], timer: Timer, state: RootState, on_error: OnError
-) -> Callable[..., Any]:
-    """What a root module call runs, `original` being torch's `__call__`: `root(module, *args,
-    **kwargs)` times the call as `forward` (when it is the training thread's, inside a step and
-    not inside backward) and sets `busy` for the calls nested in it.
+NOT_OURS, OPENED, TIMED = 0, 1, 2
+"""What `enter` returns and `leave` is given back: another thread's call (nothing opened), the
+training thread's root opened (`busy`) but not timed, opened and timed as `forward`."""
 
-    With the C timer it is one C call, `_native.Root` (0.5 µs a root call less than the Python
-    body below, its reference).
+Enter = Callable[[], int]
+Leave = Callable[[int], None]
+
+
+def make_edges(timer: Timer, state: RootState, on_error: OnError) -> tuple[Enter, Leave]:
+    """A root module call's two sides, run around torch's own call:
+    `token = enter()`, then `try: <torch's call> finally: leave(token)`.
+
+    `enter` opens the root (`busy`, so the calls nested in it pass straight through) when it is
+    the training thread's and times it as `forward` inside a step, unless backward is open.
+    With the C timer each side is one C call, `_native.RootEdge`; the Python below is their
+    reference.
     """
     c = native_for(timer)
     if c is not None:
-        root: Callable[..., Any] = c.Root(timer, state, original, on_error, FORWARD, BACKWARD)
-        return root
+        enter = c.RootEdge(timer, state, on_error, FORWARD, BACKWARD, True)
+        leave = c.RootEdge(timer, state, on_error, FORWARD, BACKWARD, False)
+        return enter, leave
     get_ident = threading.get_ident
 
-    def python_root(*args: Any, **kwargs: Any) -> Any:
+    def py_enter() -> int:
         if get_ident() != state.owner:
-            return original(*args, **kwargs)
-        state.busy = (
-            True  # set outside steps too, so a compiled module sees one value (no recompile)
-        )
+            return NOT_OURS
+        state.busy = True  # set outside steps too, so a compiled module sees one value
+        if not timer.inside or timer.in_phase(BACKWARD):
+            return OPENED
         try:
-            if not timer.inside or timer.in_phase(BACKWARD):
-                return original(*args, **kwargs)
-            try:
-                timer.begin(FORWARD)
-            except Exception as e:  # noqa: BLE001 - never into the user's loop
-                on_error(e)
-            try:
-                return original(*args, **kwargs)
-            finally:
+            timer.begin(FORWARD)
+        except Exception as e:  # noqa: BLE001 - never into the user's loop
+            on_error(e)
+        return TIMED
+
+    def py_leave(token: int) -> None:
+        if token == NOT_OURS:
+            return
+        try:
+            if token == TIMED:
                 try:
                     timer.end(FORWARD)
                 except Exception as e:  # noqa: BLE001
@@ -97,7 +106,7 @@ def make_root(
         finally:
             state.busy = False
 
-    return python_root
+    return py_enter, py_leave
 
 
 def make_call(
@@ -113,7 +122,7 @@ def make_call(
     The first test stays Python, so nested calls pay no C call and dynamo, which traces through
     this function, sees `is_compiling()` and the original call.
     """
-    root = make_root(original, timer, state, on_error)
+    enter, leave = make_edges(timer, state, on_error)
 
     # The module is args[0]: passing `args` on as it came builds no new tuple, where
     # `original(self, *args)` builds a list and a tuple on every module call. Most module calls
@@ -124,9 +133,13 @@ def make_call(
             if kwargs:
                 return original(*args, **kwargs)
             return original(*args)
-        if kwargs:
-            return root(*args, **kwargs)
-        return root(*args)
+        token = enter()
+        try:
+            if kwargs:
+                return original(*args, **kwargs)
+            return original(*args)
+        finally:
+            leave(token)
 
     __call__.__wrapped__ = original  # type: ignore[attr-defined]
     __call__.__traceml__ = True  # type: ignore[attr-defined]
@@ -150,24 +163,31 @@ def _wrapped_call_impl(self, *args, **kwargs):
             return self._compiled_call_impl(*args, **kwargs)
         else:
             return self._call_impl(*args, **kwargs)
-    if kwargs:
-        return _traceml_root(self, *args, **kwargs)
-    return _traceml_root(self, *args)
+    _traceml_token = _traceml_enter()
+    try:
+        if self._compiled_call_impl is not None:
+            return self._compiled_call_impl(*args, **kwargs)
+        else:
+            return self._call_impl(*args, **kwargs)
+    finally:
+        _traceml_leave(_traceml_token)
 """
 """The code torch's `__call__` runs while TraceML does: torch's own body for a call nested in a
 root, another thread's call, or while dynamo traces (`is_dynamo_compiling()` is then constant
-True and the graph holds only torch's call); the root's timing (`_traceml_root`) otherwise. The
-names it reads are torch's module globals while it is installed."""
+True and the graph holds only torch's call); the same body between a root's `enter` and `leave`
+(make_edges) otherwise, in the same frame: a root call runs no Python frame more than torch's.
+The names it reads are torch's module globals while it is installed."""
 
-_TORCH_LINE = {1: 0, 2: 0, 3: 1, 4: 2, 5: 3, 6: 4, 7: 0, 8: 0, 9: 0}
+_TORCH_LINE = {
+    1: 0, 2: 0, 3: 1, 4: 2, 5: 3, 6: 4,  # the def, the test, torch's body
+    7: 0, 8: 0, 9: 1, 10: 2, 11: 3, 12: 4, 13: 0, 14: 0,  # enter, torch's body, leave
+}  # fmt: skip
 """TRACED_CALL's line -> TORCH_CALL's (0 is the `def`). The code reports torch's file and lines,
-torch's statements at their own: a traceback through a nested module call reads exactly as
-without TraceML. TraceML's own lines report the `def` line, whole (ROOT_LINE)."""
-_TORCH_LINES = frozenset({3, 4, 5, 6})
+torch's statements at their own (both copies of its body): a traceback through a module call,
+root or nested, reads exactly as without TraceML. TraceML's own lines report the `def` line,
+whole."""
+_TORCH_LINES = frozenset({3, 4, 5, 6, 9, 10, 11, 12})
 """TRACED_CALL's lines holding torch's statements (one level deeper than in its class)."""
-ROOT_LINE = 0
-"""The line (from the `def`) a frame of the traced code reports while it runs a root's call:
-such a frame stands for TraceML's work, and tracebacks.py leaves it out."""
 _WHOLE_LINE = 10_000
 """An end column past any line's end: a traceback underlines no part of the line."""
 
@@ -256,20 +276,18 @@ def _swap_code(
     on_error: OnError,
     compiling: Callable[[], bool],
 ) -> Callable[[], None]:
-    """Give torch's `call` the traced code; the root runs a copy of torch's function."""
+    """Give torch's `call` the traced code and its module the names that code reads."""
     torch_code = call.__code__
     ours = traced_code(torch_code)
-    copy = types.FunctionType(torch_code, call.__globals__, call.__name__, call.__defaults__)
-    copy.__qualname__ = call.__qualname__
+    enter, leave = make_edges(timer, state, on_error)
     scope = call.__globals__
     names = {
         "_traceml_state": state,
-        "_traceml_root": make_root(copy, timer, state, on_error),
+        "_traceml_enter": enter,
+        "_traceml_leave": leave,
         "_traceml_compiling": compiling,
     }
     scope.update(names)
-    hidden = (ours, torch_code.co_firstlineno + ROOT_LINE)
-    hide_frames(*hidden)
     call.__code__ = ours
 
     def undo() -> None:
@@ -279,6 +297,5 @@ def _swap_code(
             for name, value in names.items():
                 if scope.get(name) is value:
                     del scope[name]
-            show_frames(*hidden)
 
     return undo
