@@ -60,7 +60,7 @@ def main() -> None:
         "traced, Python": lambda: traced(py_timer),
     }
     c = native()
-    if c is not None:  # the default: the C timer (root calls open and close in _native.RootEdge)
+    if c is not None:  # the default: the C timer (root calls open and close in _native.Roots)
         c_timer: Timer = c.StepTimer(deque(maxlen=4), RawStep)
         arms["traced, C"] = lambda: traced(c_timer)
     arms["bare again"] = measure

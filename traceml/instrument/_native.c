@@ -2,7 +2,7 @@
  *
  *   StepTimer     timer.StepTimer, method for method (the training thread, every boundary);
  *   Timed, Edge   the wrappers and optimizer hooks of hooks.Hooks (no Python frame per call);
- *   RootEdge      forward.make_edges's enter and leave of a root module call;
+ *   Roots         forward.make_edges's enter and leave of a root module call;
  *   Step          api.StepContext, what `trace_step` returns;
  *   host_records  resolve.host_records (the tx thread, every step).
  *
@@ -497,7 +497,7 @@ Timer_use_comm(Timer *self, PyObject *take)
     Py_RETURN_NONE;
 }
 
-/* Whether phase `idx` is the innermost one open (Timer.in_phase; forward's RootEdge asks it of
+/* Whether phase `idx` is the innermost one open (Timer.in_phase; forward's Roots asks it of
  * backward). */
 static int
 timer_in_phase(Timer *self, long idx)
@@ -970,23 +970,25 @@ static PyTypeObject EdgeType = {
     .tp_clear = (inquiry)Edge_clear,
 };
 
-/* RootEdge(timer, state, on_error, forward, backward, opens): one side of a root module call,
- * as forward.make_edges's Python `enter` and `leave`. The code that calls them stays Python (it is
- * torch's own `__call__`, which dynamo traces) and runs torch's body between them:
+/* Roots(timer, state, on_error, forward, backward): a root module call's two sides, its methods
+ * enter() and leave(), as forward.make_edges's Python reference. The code that calls them stays
+ * Python (it is torch's own `__call__`, which dynamo traces) and runs torch's body between them:
  *
- *     token = enter()           # opens=True: 0 on another thread, else 1, or 2 when timed
- *     try: <torch's body>
- *     finally: leave(token)     # opens=False
+ *     try:
+ *         enter()
+ *         <torch's body>
+ *     finally:
+ *         leave()
  *
  * enter passes unless on the owner thread, marks the root open (state.busy) and begins `forward`
- * inside a step unless backward is open (an activation checkpoint's recompute); leave ends what
- * enter began. leave runs in a `finally`, possibly while the module's exception unwinds: that
- * exception sits on the caller's frame, not in the thread state, so nothing here disturbs it.
- * `state` is forward.RootState, read and written through its attributes so that the Python code
- * and dynamo see the same object as before. */
+ * inside a step unless backward is open (an activation checkpoint's recompute), and notes what it
+ * opened here; leave, on the owner thread, ends that. enter sits inside the `try`: an interrupt
+ * delivered as enter's call returns still reaches leave, and nothing stays open. leave runs in a
+ * `finally`, possibly while the module's exception unwinds: that exception sits on the caller's
+ * frame, not in the thread state, so nothing here disturbs it. `state` is forward.RootState, read
+ * and written through its slots so that the Python code and dynamo see the same object. */
 typedef struct {
     PyObject_HEAD
-    vectorcallfunc vectorcall;
     Timer *timer;
     PyObject *state;
     PyObject *on_error;
@@ -994,10 +996,10 @@ typedef struct {
     PyObject *owner_d;
     int forward;
     int backward;
-    int opens;
-} RootEdge;
+    int opened;           /* ROOT_OTHER, ROOT_OPEN or ROOT_TIMED: the owner's open root */
+} Roots;
 
-#define ROOT_OTHER 0  /* not the owner thread's call: nothing opened */
+#define ROOT_OTHER 0  /* nothing open */
 #define ROOT_OPEN 1   /* the root is open (busy), not timed */
 #define ROOT_TIMED 2  /* open and timed as forward */
 
@@ -1041,7 +1043,7 @@ state_set(PyObject *state, PyObject *slot, PyObject *name, PyObject *value)
 
 /* 1 when the calling thread is state.owner, 0 when not (or owner is None), -1 on error. */
 static int
-on_owner_thread(RootEdge *self)
+on_owner_thread(Roots *self)
 {
     PyObject *owner = state_get(self->state, self->owner_d, OWNER);
     if (owner == NULL) {
@@ -1060,11 +1062,14 @@ on_owner_thread(RootEdge *self)
 }
 
 static PyObject *
-root_enter(RootEdge *self)
+Roots_enter(Roots *self, PyObject *Py_UNUSED(ignored))
 {
     int mine = on_owner_thread(self);
     if (mine <= 0) {
-        return mine < 0 ? NULL : PyLong_FromLong(ROOT_OTHER);
+        if (mine < 0) {
+            return NULL;
+        }
+        Py_RETURN_NONE;
     }
     /* Set outside steps too, so a compiled module sees one value (no recompile). */
     if (state_set(self->state, self->busy_d, BUSY, Py_True) < 0) {
@@ -1072,7 +1077,8 @@ root_enter(RootEdge *self)
     }
     Timer *t = self->timer;
     if (!t->inside || timer_in_phase(t, self->backward)) {
-        return PyLong_FromLong(ROOT_OPEN);
+        self->opened = ROOT_OPEN;
+        Py_RETURN_NONE;
     }
     if (timer_begin(t, self->forward) < 0 && report(self->on_error) < 0) {
         PyObject *raised = take_raised();
@@ -1080,19 +1086,25 @@ root_enter(RootEdge *self)
         restore_raised(raised);
         return NULL;
     }
-    return PyLong_FromLong(ROOT_TIMED);
+    self->opened = ROOT_TIMED;
+    Py_RETURN_NONE;
 }
 
 static PyObject *
-root_leave(RootEdge *self, PyObject *token)
+Roots_leave(Roots *self, PyObject *Py_UNUSED(ignored))
 {
-    long opened = PyLong_AsLong(token);
-    if (opened == -1 && PyErr_Occurred()) {
-        return NULL;
-    }
+    int opened = self->opened;
     if (opened == ROOT_OTHER) {
         Py_RETURN_NONE;
     }
+    int mine = on_owner_thread(self); /* another thread's call never closes the owner's root */
+    if (mine <= 0) {
+        if (mine < 0) {
+            return NULL;
+        }
+        Py_RETURN_NONE;
+    }
+    self->opened = ROOT_OTHER;
     int failed = opened == ROOT_TIMED && timer_end(self->timer) < 0 &&
                  report(self->on_error) < 0;
     PyObject *raised = failed ? take_raised() : NULL;
@@ -1107,26 +1119,20 @@ root_leave(RootEdge *self, PyObject *token)
     Py_RETURN_NONE;
 }
 
-static PyObject *
-RootEdge_vectorcall(RootEdge *self, PyObject *const *args, size_t nargsf, PyObject *kwnames)
-{
-    Py_ssize_t n = PyVectorcall_NARGS(nargsf);
-    if (kwnames != NULL || n != (self->opens ? 0 : 1)) {
-        PyErr_SetString(PyExc_TypeError, self->opens ? "enter() takes no argument"
-                                                     : "leave() takes one argument (the token)");
-        return NULL;
-    }
-    return self->opens ? root_enter(self) : root_leave(self, args[0]);
-}
+static PyMethodDef Roots_methods[] = {
+    {"enter", (PyCFunction)Roots_enter, METH_NOARGS, "Open a root module call (and time it)."},
+    {"leave", (PyCFunction)Roots_leave, METH_NOARGS, "Close what enter() opened."},
+    {NULL, NULL, 0, NULL},
+};
 
 static int
-RootEdge_init(RootEdge *self, PyObject *args, PyObject *kwds)
+Roots_init(Roots *self, PyObject *args, PyObject *kwds)
 {
-    static char *kwlist[] = {"timer", "state", "on_error", "forward", "backward", "opens", NULL};
+    static char *kwlist[] = {"timer", "state", "on_error", "forward", "backward", NULL};
     PyObject *timer, *state, *on_error;
-    int forward, backward, opens;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOiip:RootEdge", kwlist, &timer, &state,
-                                     &on_error, &forward, &backward, &opens)) {
+    int forward, backward;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOii:Roots", kwlist, &timer, &state,
+                                     &on_error, &forward, &backward)) {
         return -1;
     }
     if (timer_arg(timer) == NULL || !valid_phase(forward) || !valid_phase(backward)) {
@@ -1139,13 +1145,12 @@ RootEdge_init(RootEdge *self, PyObject *args, PyObject *kwds)
     Py_XSETREF(self->owner_d, slot_of(state, OWNER));
     self->forward = forward;
     self->backward = backward;
-    self->opens = opens;
-    self->vectorcall = (vectorcallfunc)RootEdge_vectorcall;
+    self->opened = ROOT_OTHER;
     return 0;
 }
 
 static int
-RootEdge_traverse(RootEdge *self, visitproc visit, void *arg)
+Roots_traverse(Roots *self, visitproc visit, void *arg)
 {
     Py_VISIT(self->timer);
     Py_VISIT(self->state);
@@ -1156,7 +1161,7 @@ RootEdge_traverse(RootEdge *self, visitproc visit, void *arg)
 }
 
 static int
-RootEdge_clear(RootEdge *self)
+Roots_clear(Roots *self)
 {
     Py_CLEAR(self->timer);
     Py_CLEAR(self->state);
@@ -1167,27 +1172,26 @@ RootEdge_clear(RootEdge *self)
 }
 
 static void
-RootEdge_dealloc(RootEdge *self)
+Roots_dealloc(Roots *self)
 {
     PyObject_GC_UnTrack(self);
-    RootEdge_clear(self);
+    Roots_clear(self);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
-static PyTypeObject RootEdgeType = {
+static PyTypeObject RootsType = {
     PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "traceml.instrument._native.RootEdge",
-    .tp_doc = "RootEdge(timer, state, on_error, forward, backward, opens): a root module call's "
-              "enter() (opens) or leave(token).",
-    .tp_basicsize = sizeof(RootEdge),
-    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
-    .tp_vectorcall_offset = offsetof(RootEdge, vectorcall),
-    .tp_call = PyVectorcall_Call,
+    .tp_name = "traceml.instrument._native.Roots",
+    .tp_doc = "Roots(timer, state, on_error, forward, backward): a root module call's enter() "
+              "and leave().",
+    .tp_basicsize = sizeof(Roots),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_methods = Roots_methods,
     .tp_new = PyType_GenericNew,
-    .tp_init = (initproc)RootEdge_init,
-    .tp_dealloc = (destructor)RootEdge_dealloc,
-    .tp_traverse = (traverseproc)RootEdge_traverse,
-    .tp_clear = (inquiry)RootEdge_clear,
+    .tp_init = (initproc)Roots_init,
+    .tp_dealloc = (destructor)Roots_dealloc,
+    .tp_traverse = (traverseproc)Roots_traverse,
+    .tp_clear = (inquiry)Roots_clear,
 };
 
 /* Step(timer, on_nested, on_error): what `trace_step` returns (as api.StepContext). A nested
@@ -1462,7 +1466,7 @@ static struct PyModuleDef native_module = {
 PyMODINIT_FUNC
 PyInit__native(void)
 {
-    PyTypeObject *types[] = {&TimerType, &TimedType, &EdgeType, &RootEdgeType, &StepType};
+    PyTypeObject *types[] = {&TimerType, &TimedType, &EdgeType, &RootsType, &StepType};
     for (size_t i = 0; i < sizeof(types) / sizeof(types[0]); i++) {
         if (PyType_Ready(types[i]) < 0) {
             return NULL;
@@ -1479,7 +1483,7 @@ PyInit__native(void)
         return NULL;
     }
     if (PyModule_AddType(m, &TimerType) < 0 || PyModule_AddType(m, &TimedType) < 0 ||
-        PyModule_AddType(m, &EdgeType) < 0 || PyModule_AddType(m, &RootEdgeType) < 0 ||
+        PyModule_AddType(m, &EdgeType) < 0 || PyModule_AddType(m, &RootsType) < 0 ||
         PyModule_AddType(m, &StepType) < 0) {
         Py_DECREF(m);
         return NULL;

@@ -57,7 +57,7 @@ class Edge:
     ) -> None: ...
     def __call__(self, opt: Any, args: Any, kwargs: Any) -> None: ...
 
-class RootEdge:
+class Roots:
     def __init__(
         self,
         timer: StepTimer,
@@ -65,9 +65,9 @@ class RootEdge:
         on_error: Callable[[BaseException], None],
         forward: int,
         backward: int,
-        opens: bool,
     ) -> None: ...
-    def __call__(self, *token: int) -> int | None: ...
+    def enter(self) -> None: ...
+    def leave(self) -> None: ...
 
 class Step:
     def __init__(

@@ -58,47 +58,50 @@ class RootState:
         """Thread id of the training loop; None turns the wrapper into a pure pass-through."""
 
 
-NOT_OURS, OPENED, TIMED = 0, 1, 2
-"""What `enter` returns and `leave` is given back: another thread's call (nothing opened), the
-training thread's root opened (`busy`) but not timed, opened and timed as `forward`."""
+_NOTHING, _OPENED, _TIMED = 0, 1, 2
+"""What the owner thread's open root is: none, open (`busy`) but not timed, open and timed."""
 
-Enter = Callable[[], int]
-Leave = Callable[[int], None]
+
+Enter = Callable[[], None]
+Leave = Callable[[], None]
 
 
 def make_edges(timer: Timer, state: RootState, on_error: OnError) -> tuple[Enter, Leave]:
     """A root module call's two sides, run around torch's own call:
-    `token = enter()`, then `try: <torch's call> finally: leave(token)`.
+    `try: enter(); <torch's call> finally: leave()`.
 
     `enter` opens the root (`busy`, so the calls nested in it pass straight through) when it is
-    the training thread's and times it as `forward` inside a step, unless backward is open.
-    With the C timer each side is one C call, `_native.RootEdge`; the Python below is their
-    reference.
+    the training thread's, and times it as `forward` inside a step unless backward is open;
+    `leave`, on that thread, closes what `enter` opened. `enter` sits inside the `try`: an
+    interrupt delivered as its call returns still reaches `leave`. With the C timer they are
+    the methods of one C object, `_native.Roots`; the Python below is their reference.
     """
     c = native_for(timer)
     if c is not None:
-        enter = c.RootEdge(timer, state, on_error, FORWARD, BACKWARD, True)
-        leave = c.RootEdge(timer, state, on_error, FORWARD, BACKWARD, False)
-        return enter, leave
+        roots = c.Roots(timer, state, on_error, FORWARD, BACKWARD)
+        return roots.enter, roots.leave
     get_ident = threading.get_ident
+    opened = [_NOTHING]  # what the owner thread's open root is, if any
 
-    def py_enter() -> int:
+    def py_enter() -> None:
         if get_ident() != state.owner:
-            return NOT_OURS
-        state.busy = True  # set outside steps too, so a compiled module sees one value
-        if not timer.inside or timer.in_phase(BACKWARD):
-            return OPENED
-        try:
-            timer.begin(FORWARD)
-        except Exception as e:  # noqa: BLE001 - never into the user's loop
-            on_error(e)
-        return TIMED
-
-    def py_leave(token: int) -> None:
-        if token == NOT_OURS:
             return
+        timed = timer.inside and not timer.in_phase(BACKWARD)
+        opened[0] = _TIMED if timed else _OPENED  # first: busy is never set with nothing noted
+        state.busy = True  # set outside steps too, so a compiled module sees one value
+        if timed:
+            try:
+                timer.begin(FORWARD)
+            except Exception as e:  # noqa: BLE001 - never into the user's loop
+                on_error(e)
+
+    def py_leave() -> None:
+        was = opened[0]
+        if was == _NOTHING or get_ident() != state.owner:
+            return  # another thread's call never closes the owner's root
+        opened[0] = _NOTHING
         try:
-            if token == TIMED:
+            if was == _TIMED:
                 try:
                     timer.end(FORWARD)
                 except Exception as e:  # noqa: BLE001
@@ -133,13 +136,13 @@ def make_call(
             if kwargs:
                 return original(*args, **kwargs)
             return original(*args)
-        token = enter()
         try:
+            enter()
             if kwargs:
                 return original(*args, **kwargs)
             return original(*args)
         finally:
-            leave(token)
+            leave()
 
     __call__.__wrapped__ = original  # type: ignore[attr-defined]
     __call__.__traceml__ = True  # type: ignore[attr-defined]
@@ -163,14 +166,14 @@ def _wrapped_call_impl(self, *args, **kwargs):
             return self._compiled_call_impl(*args, **kwargs)
         else:
             return self._call_impl(*args, **kwargs)
-    _traceml_token = _traceml_enter()
     try:
+        _traceml_enter()
         if self._compiled_call_impl is not None:
             return self._compiled_call_impl(*args, **kwargs)
         else:
             return self._call_impl(*args, **kwargs)
     finally:
-        _traceml_leave(_traceml_token)
+        _traceml_leave()
 """
 """The code torch's `__call__` runs while TraceML does: torch's own body for a call nested in a
 root, another thread's call, or while dynamo traces (`is_dynamo_compiling()` is then constant
@@ -180,7 +183,7 @@ The names it reads are torch's module globals while it is installed."""
 
 _TORCH_LINE = {
     1: 0, 2: 0, 3: 1, 4: 2, 5: 3, 6: 4,  # the def, the test, torch's body
-    7: 0, 8: 0, 9: 1, 10: 2, 11: 3, 12: 4, 13: 0, 14: 0,  # enter, torch's body, leave
+    7: 0, 8: 0, 9: 1, 10: 2, 11: 3, 12: 4, 13: 0, 14: 0,  # try, enter, torch's body, leave
 }  # fmt: skip
 """TRACED_CALL's line -> TORCH_CALL's (0 is the `def`). The code reports torch's file and lines,
 torch's statements at their own (both copies of its body): a traceback through a module call,
