@@ -126,12 +126,16 @@ def test_a_recompute_inside_backward_stays_backward() -> None:
     assert (phases[FORWARD], phases[BACKWARD]) == (0, 30)
 
 
+def on_another_thread(fn: Callable[[], object]) -> None:
+    other = threading.Thread(target=fn)
+    other.start()
+    other.join()
+
+
 def test_another_threads_calls_are_not_timed() -> None:
     rig = Rig()
     rig.timer.enter()
-    worker = threading.Thread(target=rig.call, args=(rig.module(50),))
-    worker.start()
-    worker.join()
+    on_another_thread(lambda: rig.call(rig.module(50)))
     rig.timer.exit()
     assert rig.out[-1].phase_ns[FORWARD] == 0
     assert not rig.state.busy
@@ -402,12 +406,6 @@ def test_enter_and_leave_open_time_and_close_a_root(slotted: bool) -> None:
     state.owner = None  # forgotten (a forked child): every call passes
     enter()
     assert not state.busy
-
-
-def on_another_thread(fn: Callable[[], None]) -> None:
-    other = threading.Thread(target=fn)
-    other.start()
-    other.join()
 
 
 def test_another_threads_edges_neither_open_nor_close_the_owners_root() -> None:
