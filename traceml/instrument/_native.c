@@ -1304,11 +1304,18 @@ static PyTypeObject StepType = {
 
 static PyObject *HOST; /* "host", the clock of every record built here */
 
-/* A long long from a tuple item, or -1 with an error set. */
+/* A long long from a tuple item, or -1 with an error set. PyLong_AsLongLong converts any int
+ * of more than one 30-bit digit through a byte array (about 100 instructions; 1,000 a record,
+ * since every nanosecond value has two or three digits), where PyLong_AsLong sums the digits
+ * in place: the same range where long has 64 bits. */
 static long long
 item_ll(PyObject *tuple, Py_ssize_t i)
 {
+#if LONG_MAX == LLONG_MAX
+    return PyLong_AsLong(PyTuple_GET_ITEM(tuple, i));
+#else
     return PyLong_AsLongLong(PyTuple_GET_ITEM(tuple, i));
+#endif
 }
 
 /* The phases tuple: ms per phase, None for a phase the run has never shown. */
