@@ -109,6 +109,25 @@ def test_phases_are_measured_where_they_happen(
     assert st["h2d_pct"] is None
 
 
+def test_the_step_context_holds_its_methods_bound(
+    session_env: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With the C timer, a `with` on trace_step's context finds __enter__ and __exit__ already
+    bound (the same objects at every lookup: no method object made per step), and the context
+    still times each step and lets the user's exception through."""
+    use_timer(monkeypatch, True)
+    traceml.init(mode="manual", summary=session_env)
+    ctx = traceml.trace_step(None)
+    assert ctx.__enter__ is ctx.__enter__ and ctx.__exit__ is ctx.__exit__
+    for _ in range(3):
+        with traceml.trace_step(None):
+            pass
+    with pytest.raises(ZeroDivisionError), traceml.trace_step(None):
+        1 / 0  # noqa: B018
+    traceml.shutdown()
+    assert load_summary(session_env)["step_time"]["steps"] == 4
+
+
 def test_manual_mode_only_times_marked_phases(session_env: Path) -> None:
     model = torch.nn.Linear(8, 1)
     traceml.init(mode="manual", summary=session_env)
