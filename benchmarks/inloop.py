@@ -66,7 +66,10 @@ def arms(summary: Path, parts: bool) -> dict[str, Any]:
     c = native()
     if c is not None:
         timer = c.StepTimer(out, RawStep, read_rss=rss)
-        step = c.Step(timer, lambda: None, on_error)
+        # As trace_step's own: its methods prebound, where the tree has it (a tree before it
+        # on PYTHONPATH has not).
+        prebound = getattr(api, "_prebound", lambda ctx: ctx)
+        step = prebound(c.Step(timer, lambda: None, on_error))
         result["C"] = (Hooks(timer, on_error, skip), step, timer)
         if parts:  # the C path's parts: trace_step alone, then one patch at a time
             every = frozenset(PATCHES)

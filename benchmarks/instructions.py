@@ -32,6 +32,8 @@ about 50 times slower):
 - runs with PYTHONHASHSEED=0, so that dict lookups probe the same slots in every run;
 - keeps 256 step records (4,096 by default) so both runs' summaries at exit cost the same;
 - turns the RSS read (every 10 ms natively, every step at valgrind's pace) into a constant -1.
+A second line per arm leaves out the instructions that depend on how valgrind schedules the
+threads rather than on the code they run (SCHEDULING): read that one to compare two trees.
 `--cache` runs bare and trace_step under cachegrind instead, which simulates the host's caches,
 and prints the cache misses a step adds (all threads together: cachegrind does not split
 them): instructions are not the whole cost of code that runs between torch's kernels, whose
@@ -120,12 +122,22 @@ def thread_files(prefix: Path) -> dict[int, tuple[int, Path]]:
     return out
 
 
+SCHEDULING = re.compile(r"pthread_cond_|blas_thread_server|sched_yield|futex")
+"""Functions whose instructions depend on how valgrind schedules the threads, not on the code
+run: the condition variable the GIL signals at each release (hundreds of instructions more
+whenever another thread waits on it) and OpenBLAS's worker thread spinning while it waits for
+work. Their count moves by thousands a step from one run to the next (0 to 8,000 on the training
+thread), so a second figure leaves them out."""
+
+
 @dataclass
 class Run:
     threads: dict[int, tuple[int, Path]]
     """(instructions, callgrind file) by thread number, 1 the main (training) thread."""
     gc: str
     """Collections of generations 0, 1 and 2 during the counted steps."""
+    scheduling: dict[int, int]
+    """Instructions of SCHEDULING's functions, by thread number."""
 
 
 def run_arm(arm: str, steps: int, width: int, tmp: Path) -> Run:
@@ -134,7 +146,12 @@ def run_arm(arm: str, steps: int, width: int, tmp: Path) -> Run:
     tool = ["--tool=callgrind", "--separate-threads=yes", f"--callgrind-out-file={prefix}.%p"]
     stderr = under_valgrind(tool, arm, steps, width)
     collections = re.findall(r"^gc ([\d ]+)$", stderr, re.M)
-    return Run(thread_files(prefix), collections[-1] if collections else "?")
+    threads = thread_files(prefix)
+    scheduling = {
+        t: sum(n for name, n in self_costs(f).items() if SCHEDULING.search(name))
+        for t, (_, f) in threads.items()
+    }
+    return Run(threads, collections[-1] if collections else "?", scheduling)
 
 
 def under_valgrind(tool: list[str], arm: str, steps: int, width: int) -> str:
@@ -202,10 +219,14 @@ def main() -> None:
             got = dict(zip(runs, counts, strict=True))
         span = a.long - a.short
 
-        def slope(arm: str, main_thread: bool) -> float:
+        def slope(arm: str, main_thread: bool, scheduled: bool = True) -> float:
             def count(n: int) -> int:
-                threads = got[(arm, n)].threads.items()
-                return sum(v for t, (v, _) in threads if (t == 1) == main_thread)
+                run = got[(arm, n)]
+                return sum(
+                    v - (0 if scheduled else run.scheduling.get(t, 0))
+                    for t, (v, _) in run.threads.items()
+                    if (t == 1) == main_thread
+                )
 
             return (count(a.long) - count(a.short)) / span
 
@@ -224,6 +245,11 @@ def main() -> None:
                 f"  {arm:12s} {m - b_main:+15,.0f} ({share:+4.1f} %) {o - b_other:+14,.0f}"
                 f"   {gcs[arm]}"
             )
+        print("  less the threads' scheduling (the GIL's condition variable, BLAS's spinning):")
+        for arm in arms[1:]:
+            added_main = slope(arm, True, False) - slope("bare", True, False)
+            added_other = slope(arm, False, False) - slope("bare", False, False)
+            print(f"  {arm:12s} {added_main:+15,.0f} {'':8s} {added_other:+14,.0f}")
         if a.top and "trace_step" in arms:
             top(got, a.short, a.long, a.top)
 
