@@ -25,8 +25,8 @@ reading of each, see _procs.py), read directly because the all-processes slope l
 training one is the difference of two noisy figures; and the intercept of the wall time
 (start-up plus exit). Every traced figure is shown as added to the mean of bare A and B, with
 |A - B| as the noise. Under the table, the mean step's standard error over the rounds (each
-arm's long run against its round's bare pair): with 3 or more rounds, a better measure of the
-noise than one pair's difference.
+arm's long run against its round's bare pair), and the same for the CPU slope of every process:
+with 3 or more rounds, a better measure of the noise than one pair's difference.
 `--start-exit N` instead runs every arm N times at 20 steps, interleaved, and prints the wall
 time each adds to bare (median, mean, max): start-up and exit alone, with more samples than the
 intercept column can have.
@@ -183,10 +183,15 @@ class Figures:
     """Wall-time intercept (start-up plus exit), s."""
 
 
+def round_slopes(s: Samples, dn: int, value: str) -> list[float]:
+    """(long - short) / dn of each round, in µs per step."""
+    pairs = zip(s.short, s.long, strict=True)
+    return [(_get(b, value) - _get(a, value)) / dn * 1e6 for a, b in pairs]
+
+
 def slope(s: Samples, dn: int, value: str) -> float:
     """Median over rounds of (long - short) / dn, in µs per step."""
-    pairs = zip(s.short, s.long, strict=True)
-    return statistics.median([(_get(b, value) - _get(a, value)) / dn * 1e6 for a, b in pairs])
+    return statistics.median(round_slopes(s, dn, value))
 
 
 def _get(r: RunResult, value: str) -> float:
@@ -222,6 +227,8 @@ def print_table(
     """One block of the table; step figures of `rank`, wall and CPU of the whole run."""
     figs = {name: figures(s, lengths, rank) for name, s in res.items()}
     se = round_stderrs({name: s.round_means.get(rank, []) for name, s in res.items()})
+    dn = lengths[1] - lengths[0]
+    cpu_se = round_stderrs({name: round_slopes(s, dn, "cpu") for name, s in res.items()})
     a, b = figs.pop("bare A"), figs.pop("bare B")
     fields = ("mean", "p99", "max", "wall", "cpu", "train_cpu", "other_cpu", "fixed")
     bare = {f: (getattr(a, f) + getattr(b, f)) / 2 for f in fields}
@@ -263,6 +270,14 @@ def print_table(
             "  mean step's standard error over the rounds (each arm's difference from its round's"
             " bare pair; bare A - bare B's own): "
             + ", ".join(f"{name} {v:.1f}" for name, v in se.items())
+        )
+    if cpu_se:
+        # One bare pair's CPU difference understates how far two processes doing the same work
+        # differ: one run gave `--no-live` +41 µs a step against trace_step's +5.7 with a pair's
+        # noise of 3.9, though its launcher idles and its rank does trace_step's work.
+        print(
+            "  CPU (all processes) slope's standard error over the rounds, the same way: "
+            + ", ".join(f"{name} {v:.1f}" for name, v in cpu_se.items())
         )
 
 
