@@ -65,7 +65,10 @@ def arms(summary: Path, parts: bool) -> dict[str, Any]:
     result: dict[str, Any] = {"bare": (None, None, None), "_torch": torch, "_session": session}
     c = native()
     if c is not None:
-        timer = c.StepTimer(out, RawStep, read_rss=rss)
+        try:
+            timer = c.StepTimer(out, read_rss=rss)
+        except TypeError:  # a tree before RawStep was C (on PYTHONPATH) takes the tuple type
+            timer = c.StepTimer(out, RawStep, read_rss=rss)
         # As trace_step's own: its methods prebound, where the tree has it (a tree before it
         # on PYTHONPATH has not).
         prebound = getattr(api, "_prebound", lambda ctx: ctx)

@@ -44,7 +44,7 @@ def make_c(
 ) -> Timer:
     c = native()
     assert c is not None, "the C timer is not built: run `make install`"
-    timer: Timer = c.StepTimer(out, RawStep, clock=clock, read_rss=read_rss, mark=mark)
+    timer: Timer = c.StepTimer(out, clock=clock, read_rss=read_rss, mark=mark)
     return timer
 
 

@@ -1,6 +1,7 @@
 /* TraceML's per-step hot paths in C, each the twin of a Python reference that stays the spec:
  *
  *   StepTimer     timer.StepTimer, method for method (the training thread, every boundary);
+ *   RawStep       timer.RawStep, the step StepTimer emits, as C numbers;
  *   Timed, Edge   the wrappers and optimizer hooks of hooks.Hooks (no Python frame per call);
  *   Roots         forward.make_edges's enter and leave of a root module call;
  *   Step          api.StepContext, what `trace_step` returns;
@@ -26,10 +27,168 @@
 #define RAW_FIELDS 9
 #define POOL_CAP 2048 /* RawSteps kept for reuse: a tick's worth at 0.12 ms a step, ~400 KB */
 
+/* ---- RawStep: what the training thread hands to the tx thread for one step -------------- */
+
+/* The C twin of timer.RawStep (a NamedTuple): the same fields, read by name or by index in the
+ * same order, equal to the tuple of the same values, but plain C numbers. As a tuple it cost the
+ * training thread ten ints a step (start, end, each phase's ns: two or three 30-bit digits each,
+ * so none of CPython's cached small ints) and the tx thread reading and freeing them. It holds
+ * no reference that could close a cycle (None, or tuples of floats and CUDA events), so the
+ * garbage collector neither tracks it nor counts it. */
+typedef struct {
+    PyObject_HEAD
+    long long step;
+    long long start_ns;
+    long long end_ns;
+    long long phase_ns[N_PHASES];
+    long long seen;
+    long long rss_pages;
+    PyObject *marks;      /* None or a tuple of (label, event) */
+    PyObject *device_mem; /* None or (allocated, reserved, peak) MB */
+    long long comm_ns;
+} RawStep;
+
+static PyTypeObject RawStepType;
+
+static PyObject *
+phase_tuple(const long long *ns)
+{
+    PyObject *out = PyTuple_New(N_PHASES);
+    for (int i = 0; out != NULL && i < N_PHASES; i++) {
+        PyObject *v = PyLong_FromLongLong(ns[i]);
+        if (v == NULL) {
+            Py_CLEAR(out);
+            break;
+        }
+        PyTuple_SET_ITEM(out, i, v);
+    }
+    return out;
+}
+
+static PyObject *
+RawStep_get_phase_ns(RawStep *self, void *Py_UNUSED(closure))
+{
+    return phase_tuple(self->phase_ns);
+}
+
+static Py_ssize_t
+RawStep_length(PyObject *Py_UNUSED(self))
+{
+    return RAW_FIELDS;
+}
+
+/* Field i in timer.RawStep's order. */
+static PyObject *
+RawStep_item(RawStep *self, Py_ssize_t i)
+{
+    switch (i) {
+    case 0: return PyLong_FromLongLong(self->step);
+    case 1: return PyLong_FromLongLong(self->start_ns);
+    case 2: return PyLong_FromLongLong(self->end_ns);
+    case 3: return phase_tuple(self->phase_ns);
+    case 4: return PyLong_FromLongLong(self->seen);
+    case 5: return PyLong_FromLongLong(self->rss_pages);
+    case 6: return Py_NewRef(self->marks);
+    case 7: return Py_NewRef(self->device_mem);
+    case 8: return PyLong_FromLongLong(self->comm_ns);
+    default:
+        PyErr_SetString(PyExc_IndexError, "RawStep index out of range");
+        return NULL;
+    }
+}
+
+/* The fields as a plain tuple: what comparisons and the repr work on. */
+static PyObject *
+RawStep_astuple(RawStep *self)
+{
+    PyObject *out = PyTuple_New(RAW_FIELDS);
+    for (Py_ssize_t i = 0; out != NULL && i < RAW_FIELDS; i++) {
+        PyObject *v = RawStep_item(self, i);
+        if (v == NULL) {
+            Py_CLEAR(out);
+            break;
+        }
+        PyTuple_SET_ITEM(out, i, v);
+    }
+    return out;
+}
+
+/* Equal to another RawStep or a tuple (timer.RawStep among them) of the same values. */
+static PyObject *
+RawStep_richcompare(PyObject *a, PyObject *b, int op)
+{
+    if ((op != Py_EQ && op != Py_NE) || !PyObject_TypeCheck(a, &RawStepType) ||
+        !(PyTuple_Check(b) || PyObject_TypeCheck(b, &RawStepType))) {
+        Py_RETURN_NOTIMPLEMENTED;
+    }
+    PyObject *left = RawStep_astuple((RawStep *)a);
+    PyObject *right = PyTuple_Check(b) ? Py_NewRef(b) : RawStep_astuple((RawStep *)b);
+    PyObject *r = left != NULL && right != NULL ? PyObject_RichCompare(left, right, op) : NULL;
+    Py_XDECREF(left);
+    Py_XDECREF(right);
+    return r;
+}
+
+static PyObject *
+RawStep_repr(RawStep *self)
+{
+    PyObject *fields = RawStep_astuple(self);
+    if (fields == NULL) {
+        return NULL;
+    }
+    PyObject *r = PyUnicode_FromFormat("RawStep%R", fields);
+    Py_DECREF(fields);
+    return r;
+}
+
+static void
+RawStep_dealloc(RawStep *self)
+{
+    Py_XDECREF(self->marks);
+    Py_XDECREF(self->device_mem);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyMemberDef RawStep_members[] = {
+    {"step", T_LONGLONG, offsetof(RawStep, step), READONLY, NULL},
+    {"start_ns", T_LONGLONG, offsetof(RawStep, start_ns), READONLY, NULL},
+    {"end_ns", T_LONGLONG, offsetof(RawStep, end_ns), READONLY, NULL},
+    {"seen", T_LONGLONG, offsetof(RawStep, seen), READONLY, NULL},
+    {"rss_pages", T_LONGLONG, offsetof(RawStep, rss_pages), READONLY, NULL},
+    {"marks", T_OBJECT, offsetof(RawStep, marks), READONLY, NULL},
+    {"device_mem", T_OBJECT, offsetof(RawStep, device_mem), READONLY, NULL},
+    {"comm_ns", T_LONGLONG, offsetof(RawStep, comm_ns), READONLY, NULL},
+    {NULL, 0, 0, 0, NULL},
+};
+
+static PyGetSetDef RawStep_getset[] = {
+    {"phase_ns", (getter)RawStep_get_phase_ns, NULL, "ns per phase, a tuple of ints.", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PySequenceMethods RawStep_as_sequence = {
+    .sq_length = RawStep_length,
+    .sq_item = (ssizeargfunc)RawStep_item,
+};
+
+static PyTypeObject RawStepType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "traceml.instrument._native.RawStep",
+    .tp_doc = "One step as the C timer emits it: timer.RawStep's fields, as C numbers.",
+    .tp_basicsize = sizeof(RawStep),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_dealloc = (destructor)RawStep_dealloc,
+    .tp_repr = (reprfunc)RawStep_repr,
+    .tp_richcompare = RawStep_richcompare,
+    .tp_hash = PyObject_HashNotImplemented,
+    .tp_as_sequence = &RawStep_as_sequence,
+    .tp_members = RawStep_members,
+    .tp_getset = RawStep_getset,
+};
+
 typedef struct {
     PyObject_HEAD
     PyObject *out_append; /* the output deque's bound append */
-    PyTypeObject *raw_type; /* RawStep: a tuple subclass without slots of its own */
     PyObject *clock;      /* NULL: CPython's perf counter, read directly */
     PyObject *read_rss;   /* NULL or a callable returning resident pages */
     PyObject *mark;       /* NULL or a callable returning a marker (CUDA event) */
@@ -47,7 +206,7 @@ typedef struct {
     char inside;
     long long seen;
     long long step;
-    PyObject **pool;      /* RawSteps handed back by the tx thread (recycle), items None */
+    PyObject **pool;      /* RawSteps handed back by the tx thread (recycle) */
     Py_ssize_t pool_n;
 } Timer;
 
@@ -232,22 +391,11 @@ take_marks(Timer *self)
     return marks;
 }
 
-/* Calls `fn()` when set, else returns a new reference to `otherwise`. */
-static PyObject *
-call_or(PyObject *fn, PyObject *otherwise)
-{
-    if (fn == NULL) {
-        return Py_NewRef(otherwise);
-    }
-    return PyObject_CallNoArgs(fn);
-}
-
-/* Takes a record out of the garbage collector's care. A RawStep or StepRecord holds numbers,
- * strings, None and tuples of them (CUDA events at most), so it can never be part of a cycle;
- * tracked, every one that lives past a collection (the queue, the history ring) moves up to the
- * oldest generation and brings the next full collection, which walks every object of the process
- * (100+ ms in a torch job), closer. CPython untracks exact tuples of such items itself, never a
- * tuple subclass as these. */
+/* Takes a record out of the garbage collector's care. A StepRecord holds numbers, strings,
+ * None and tuples of them, so it can never be part of a cycle; tracked, every one that lives
+ * past a collection (the history ring) moves up to the oldest generation and brings the next
+ * full collection, which walks every object of the process (100+ ms in a torch job), closer.
+ * CPython untracks exact tuples of such items itself, never a tuple subclass as these. */
 static void
 untrack(PyObject *record)
 {
@@ -256,74 +404,33 @@ untrack(PyObject *record)
     }
 }
 
-/* The address of a tuple's item `i`, to replace it (in a tuple only this code holds). */
-static inline PyObject **
-tuple_slot(PyObject *tuple, Py_ssize_t i)
-{
-    return &((PyTupleObject *)tuple)->ob_item[i];
-}
-
-/* The step's time per phase as a tuple of ints: `into` (a pooled tuple, its items None) when
- * given, else a new one. Untracked: it holds ints only. */
-static PyObject *
-acc_tuple_into(Timer *self, PyObject *into)
-{
-    PyObject *acc = into != NULL ? into : PyTuple_New(N_PHASES);
-    for (int i = 0; acc != NULL && i < N_PHASES; i++) {
-        PyObject *v = PyLong_FromLongLong(self->acc[i]);
-        if (v == NULL) {
-            Py_CLEAR(acc);
-            break;
-        }
-        Py_XSETREF(*tuple_slot(acc, i), v);
-    }
-    if (acc != NULL) {
-        untrack(acc);
-    }
-    return acc;
-}
-
+/* The step's time per phase as a tuple of ints (Timer._acc). */
 static PyObject *
 acc_tuple(Timer *self)
 {
-    return acc_tuple_into(self, NULL);
+    return phase_tuple(self->acc);
 }
 
-/* A RawStep from the pool (a new reference, every item None), or NULL when the pool is empty.
- * A RawStep allocated on the training thread and freed on the tx thread moved the collector's
- * gen-0 count up by one a step between two ticks: with the tx thread's own allocations, a gen-0
- * collection on the training thread every tick (0.2 ms, about 0.3 us a step). A pooled RawStep
- * holds None, never NULL, so a memory tool that walks the timer's referents sees plain tuples. */
-static PyObject *
-pool_take(Timer *self)
+/* A RawStep from the pool (a new reference), or a new one; NULL with an error set. Allocated on
+ * the training thread and freed on the tx thread, each RawStep was a malloc and a free on two
+ * threads a step; the pool takes back those the tx thread is done with (recycle). A pooled one
+ * holds None in `marks` and `device_mem`. */
+static RawStep *
+raw_take(Timer *self)
 {
     while (self->pool_n > 0) {
         PyObject *raw = self->pool[--self->pool_n];
         if (Py_REFCNT(raw) == 1) {
-            return raw;
+            return (RawStep *)raw;
         }
         Py_DECREF(raw); /* someone took a reference since: it is theirs now */
     }
-    return NULL;
-}
-
-/* Whether `acc` is a phase tuple that only its RawStep holds, which may be refilled in place. */
-static int
-reusable_acc(PyObject *acc)
-{
-    return PyTuple_CheckExact(acc) && PyTuple_GET_SIZE(acc) == N_PHASES && Py_REFCNT(acc) == 1;
-}
-
-/* The phase tuple a pooled RawStep kept (its items None), moved out of it, or NULL. */
-static PyObject *
-pooled_acc(PyObject *raw)
-{
-    PyObject *acc = PyTuple_GET_ITEM(raw, 3);
-    if (!reusable_acc(acc)) {
-        return NULL;
+    RawStep *raw = PyObject_New(RawStep, &RawStepType);
+    if (raw != NULL) {
+        raw->marks = Py_NewRef(Py_None);
+        raw->device_mem = Py_NewRef(Py_None);
     }
-    PyTuple_SET_ITEM(raw, 3, Py_NewRef(Py_None));
-    return acc;
+    return raw;
 }
 
 static PyObject *
@@ -344,23 +451,31 @@ Timer_recycle(Timer *self, PyObject *batch)
         PyObject *raw = PyList_GET_ITEM(batch, i);
         /* Only a RawStep the list alone holds: any other holder (a CUDA step still pending)
          * keeps it as it is. */
-        if (Py_TYPE(raw) != self->raw_type || Py_REFCNT(raw) != 1 ||
-            PyTuple_GET_SIZE(raw) != RAW_FIELDS) {
+        if (!Py_IS_TYPE(raw, &RawStepType) || Py_REFCNT(raw) != 1) {
             continue;
         }
-        for (int k = 0; k < RAW_FIELDS; k++) {
-            PyObject *item = PyTuple_GET_ITEM(raw, k);
-            if (k == 3 && reusable_acc(item)) {
-                for (int j = 0; j < N_PHASES; j++) { /* the phase tuple is kept, emptied */
-                    Py_SETREF(*tuple_slot(item, j), Py_NewRef(Py_None));
-                }
-                continue;
-            }
-            Py_SETREF(*tuple_slot(raw, k), Py_NewRef(Py_None));
-        }
+        Py_SETREF(((RawStep *)raw)->marks, Py_NewRef(Py_None));
+        Py_SETREF(((RawStep *)raw)->device_mem, Py_NewRef(Py_None));
         self->pool[self->pool_n++] = Py_NewRef(raw);
     }
     Py_RETURN_NONE;
+}
+
+/* `fn()` as a long long, or `otherwise` when `fn` is unset; -1 with an error set on failure. */
+static int
+call_ll(PyObject *fn, long long otherwise, long long *out)
+{
+    if (fn == NULL) {
+        *out = otherwise;
+        return 0;
+    }
+    PyObject *r = PyObject_CallNoArgs(fn);
+    if (r == NULL) {
+        return -1;
+    }
+    *out = PyLong_AsLongLong(r);
+    Py_DECREF(r);
+    return *out == -1 && PyErr_Occurred() ? -1 : 0;
 }
 
 static int
@@ -384,49 +499,45 @@ timer_exit(Timer *self)
         self->label = BETWEEN;
         self->t = t;
     }
-    /* Fields in RawStep's order; the first failure stops (no Python call with an error set). */
-    PyObject *items[RAW_FIELDS] = {NULL};
-    PyObject *raw = pool_take(self);
-    PyObject *acc_into = raw != NULL ? pooled_acc(raw) : NULL; /* filled in place */
-    items[0] = PyLong_FromLongLong(self->step);
-    items[1] = PyLong_FromLongLong(step_start);
-    items[2] = PyLong_FromLongLong(t);
-    items[3] = acc_tuple_into(self, acc_into);
-    items[4] = PyLong_FromLongLong(self->seen);
+    RawStep *raw = raw_take(self);
+    if (raw == NULL) {
+        return -1;
+    }
+    raw->step = self->step;
+    raw->start_ns = step_start;
+    raw->end_ns = t;
+    memcpy(raw->phase_ns, self->acc, sizeof(self->acc));
+    raw->seen = self->seen;
     memset(self->acc, 0, sizeof(self->acc));
     self->step += 1;
     self->step_t0 = t;
-    for (int i = 0; i < 5; i++) {
-        if (items[i] == NULL) {
-            goto fail;
-        }
-    }
+    PyObject *read_rss = NULL;
     if (self->read_rss != NULL && t - self->last_rss_ns >= RSS_INTERVAL_NS) {
         self->last_rss_ns = t;
-        items[5] = PyObject_CallNoArgs(self->read_rss);
+        read_rss = self->read_rss;
     }
-    else {
-        items[5] = PyLong_FromLong(-1);
-    }
-    if (items[5] == NULL) {
+    /* In RawStep's order; the first failure stops (no Python call with an error set). */
+    if (call_ll(read_rss, -1, &raw->rss_pages) < 0) {
         goto fail;
     }
-    items[6] = self->marks != NULL ? take_marks(self) : Py_NewRef(Py_None);
-    if (items[6] == NULL || (items[7] = call_or(self->read_device, Py_None)) == NULL) {
+    if (self->marks != NULL) {
+        PyObject *marks = take_marks(self);
+        if (marks == NULL) {
+            goto fail;
+        }
+        Py_SETREF(raw->marks, marks);
+    }
+    if (self->read_device != NULL) {
+        PyObject *dev = PyObject_CallNoArgs(self->read_device);
+        if (dev == NULL) {
+            goto fail;
+        }
+        Py_SETREF(raw->device_mem, dev);
+    }
+    if (call_ll(self->comm, -1, &raw->comm_ns) < 0) {
         goto fail;
     }
-    items[8] = self->comm != NULL ? PyObject_CallNoArgs(self->comm) : PyLong_FromLong(-1);
-    if (items[8] == NULL) {
-        goto fail;
-    }
-    if (raw == NULL && (raw = self->raw_type->tp_alloc(self->raw_type, RAW_FIELDS)) == NULL) {
-        goto fail;
-    }
-    for (int i = 0; i < RAW_FIELDS; i++) {
-        Py_XSETREF(*tuple_slot(raw, i), items[i]); /* NULL when new, None when pooled */
-    }
-    untrack(raw);
-    PyObject *r = PyObject_CallOneArg(self->out_append, raw);
+    PyObject *r = PyObject_CallOneArg(self->out_append, (PyObject *)raw);
     Py_DECREF(raw);
     if (r == NULL) {
         return -1;
@@ -434,10 +545,7 @@ timer_exit(Timer *self)
     Py_DECREF(r);
     return 0;
 fail:
-    for (int i = 0; i < RAW_FIELDS; i++) {
-        Py_XDECREF(items[i]);
-    }
-    Py_XDECREF(raw); /* a pooled one (its items None) is freed */
+    Py_DECREF(raw);
     return -1;
 }
 
@@ -535,15 +643,10 @@ Timer_get_acc(Timer *self, void *Py_UNUSED(closure))
 static int
 Timer_init(Timer *self, PyObject *args, PyObject *kwds)
 {
-    static char *kwlist[] = {"out", "raw_type", "clock", "read_rss", "mark", NULL};
-    PyObject *out, *raw_type, *clock = Py_None, *read_rss = Py_None, *mark = Py_None;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OO|OOO:StepTimer", kwlist, &out, &raw_type,
-                                     &clock, &read_rss, &mark)) {
-        return -1;
-    }
-    if (!PyType_Check(raw_type) || !PyType_IsSubtype((PyTypeObject *)raw_type, &PyTuple_Type) ||
-        ((PyTypeObject *)raw_type)->tp_basicsize != PyTuple_Type.tp_basicsize) {
-        PyErr_SetString(PyExc_TypeError, "raw_type must be a tuple subclass without slots");
+    static char *kwlist[] = {"out", "clock", "read_rss", "mark", NULL};
+    PyObject *out, *clock = Py_None, *read_rss = Py_None, *mark = Py_None;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O|OOO:StepTimer", kwlist, &out, &clock,
+                                     &read_rss, &mark)) {
         return -1;
     }
     PyObject *append = PyObject_GetAttrString(out, "append");
@@ -551,7 +654,6 @@ Timer_init(Timer *self, PyObject *args, PyObject *kwds)
         return -1;
     }
     Py_XSETREF(self->out_append, append);
-    Py_XSETREF(self->raw_type, (PyTypeObject *)Py_NewRef(raw_type));
     set_optional(&self->clock, clock);
     set_optional(&self->read_rss, read_rss);
     set_optional(&self->mark, mark);
@@ -577,17 +679,13 @@ static int
 Timer_traverse(Timer *self, visitproc visit, void *arg)
 {
     Py_VISIT(self->out_append);
-    Py_VISIT(self->raw_type);
     Py_VISIT(self->clock);
     Py_VISIT(self->read_rss);
     Py_VISIT(self->mark);
     Py_VISIT(self->read_device);
     Py_VISIT(self->comm);
     Py_VISIT(self->marks);
-    for (Py_ssize_t i = 0; i < self->pool_n; i++) {
-        Py_VISIT(self->pool[i]);
-    }
-    return 0;
+    return 0; /* the pool's RawSteps are not the collector's: they hold None there */
 }
 
 static void
@@ -603,7 +701,6 @@ Timer_clear(Timer *self)
 {
     pool_clear(self);
     Py_CLEAR(self->out_append);
-    Py_CLEAR(self->raw_type);
     Py_CLEAR(self->clock);
     Py_CLEAR(self->read_rss);
     Py_CLEAR(self->mark);
@@ -1320,26 +1417,14 @@ item_ll(PyObject *tuple, Py_ssize_t i)
 
 /* The phases tuple: ms per phase, None for a phase the run has never shown. */
 static PyObject *
-phases_ms(PyObject *phase_ns, long long seen, double *backward_ms)
+phases_ms(const long long *phase_ns, long long seen)
 {
-    if (!PyTuple_Check(phase_ns) || PyTuple_GET_SIZE(phase_ns) != N_PHASES) {
-        PyErr_SetString(PyExc_TypeError, "phase_ns must be a tuple of N_PHASES ints");
-        return NULL;
-    }
     PyObject *out = PyTuple_New(N_PHASES);
     if (out == NULL) {
         return NULL;
     }
     for (int i = 0; i < N_PHASES; i++) {
-        long long ns = item_ll(phase_ns, i);
-        if (ns == -1 && PyErr_Occurred()) {
-            Py_DECREF(out);
-            return NULL;
-        }
-        if (i == BACKWARD) {
-            *backward_ms = (double)ns / NS_PER_MS;
-        }
-        PyObject *v = (seen >> i) & 1 ? PyFloat_FromDouble((double)ns / NS_PER_MS)
+        PyObject *v = (seen >> i) & 1 ? PyFloat_FromDouble((double)phase_ns[i] / NS_PER_MS)
                                       : Py_NewRef(Py_None);
         if (v == NULL) {
             Py_DECREF(out);
@@ -1361,44 +1446,64 @@ float_or_none(int ok, double value)
     return ok ? PyFloat_FromDouble(value) : Py_NewRef(Py_None);
 }
 
-/* The StepRecord of one host-clock RawStep, as resolve.host_records builds it. */
-static PyObject *
-host_record(PyObject *raw, PyObject *rank, long long wall_offset_ns, double page_mb,
-            PyTypeObject *record_type)
+/* One step's values, whichever RawStep they came from. */
+typedef struct {
+    PyObject *step; /* borrowed */
+    long long start, end, seen, rss, comm;
+    long long phase_ns[N_PHASES];
+    PyObject *dev;  /* borrowed: None or a 3-tuple */
+} StepValues;
+
+/* The values of timer.RawStep, a tuple (the Python timer's); -1 with an error set. */
+static int
+tuple_values(PyObject *raw, StepValues *v)
 {
     if (!PyTuple_Check(raw) || PyTuple_GET_SIZE(raw) != RAW_FIELDS) {
         PyErr_SetString(PyExc_TypeError, "a RawStep of 9 fields was expected");
-        return NULL;
+        return -1;
     }
-    /* start_ns, end_ns, seen, rss_pages, comm_ns: RawStep fields 1, 2, 4, 5 and 8. */
-    static const Py_ssize_t at[5] = {1, 2, 4, 5, 8};
-    long long v[5];
-    for (int i = 0; i < 5; i++) {
-        v[i] = item_ll(raw, at[i]);
-        if (v[i] == -1 && PyErr_Occurred()) {
-            return NULL;
-        }
+    PyObject *phase_ns = PyTuple_GET_ITEM(raw, 3);
+    if (!PyTuple_Check(phase_ns) || PyTuple_GET_SIZE(phase_ns) != N_PHASES) {
+        PyErr_SetString(PyExc_TypeError, "phase_ns must be a tuple of N_PHASES ints");
+        return -1;
     }
-    long long start = v[0], end = v[1], seen = v[2], rss = v[3], comm = v[4];
-    PyObject *dev = PyTuple_GET_ITEM(raw, 7);
+    v->step = PyTuple_GET_ITEM(raw, 0);
+    v->start = item_ll(raw, 1);
+    v->end = item_ll(raw, 2);
+    v->seen = item_ll(raw, 4);
+    v->rss = item_ll(raw, 5);
+    v->comm = item_ll(raw, 8);
+    for (int i = 0; i < N_PHASES; i++) {
+        v->phase_ns[i] = item_ll(phase_ns, i);
+    }
+    v->dev = PyTuple_GET_ITEM(raw, 7);
+    return PyErr_Occurred() ? -1 : 0;
+}
+
+/* The StepRecord of one step's host-clock values, as resolve.host_records builds it. */
+static PyObject *
+host_record(const StepValues *v, PyObject *step, PyObject *rank, long long wall_offset_ns,
+            double page_mb, PyTypeObject *record_type)
+{
+    PyObject *dev = v->dev;
     if (dev != Py_None && (!PyTuple_Check(dev) || PyTuple_GET_SIZE(dev) != 3)) {
         PyErr_SetString(PyExc_TypeError, "device_mem must be None or a 3-tuple");
         return NULL;
     }
     PyObject *items[RECORD_FIELDS] = {NULL};
-    double backward_ms = 0.0;
+    double backward_ms = (double)v->phase_ns[BACKWARD] / NS_PER_MS;
     items[0] = Py_NewRef(rank);
-    items[1] = Py_NewRef(PyTuple_GET_ITEM(raw, 0));
-    items[2] = PyFloat_FromDouble((double)(start + wall_offset_ns) / 1e9);
-    items[3] = PyFloat_FromDouble((double)(end - start) / NS_PER_MS);
-    items[4] = phases_ms(PyTuple_GET_ITEM(raw, 3), seen, &backward_ms);
+    items[1] = Py_NewRef(step);
+    items[2] = PyFloat_FromDouble((double)(v->start + wall_offset_ns) / 1e9);
+    items[3] = PyFloat_FromDouble((double)(v->end - v->start) / NS_PER_MS);
+    items[4] = phases_ms(v->phase_ns, v->seen);
     items[5] = Py_NewRef(HOST);
-    items[6] = float_or_none(rss >= 0, (double)rss * page_mb);
+    items[6] = float_or_none(v->rss >= 0, (double)v->rss * page_mb);
     for (int i = 0; i < 3; i++) {
         items[7 + i] = Py_NewRef(dev == Py_None ? Py_None : PyTuple_GET_ITEM(dev, i));
     }
-    double comm_ms = (double)comm / NS_PER_MS;
-    items[10] = float_or_none(comm >= 0, comm_ms <= backward_ms ? comm_ms : backward_ms);
+    double comm_ms = (double)v->comm / NS_PER_MS;
+    items[10] = float_or_none(v->comm >= 0, comm_ms <= backward_ms ? comm_ms : backward_ms);
     items[11] = Py_NewRef(Py_None); /* held_ms: the caller adds it to the few that have one */
     PyObject *record = NULL;
     for (int i = 0; i < RECORD_FIELDS; i++) {
@@ -1418,6 +1523,35 @@ done:
     for (int i = 0; i < RECORD_FIELDS; i++) {
         Py_XDECREF(items[i]);
     }
+    return record;
+}
+
+/* The StepRecord of a RawStep of either kind (this module's, or timer.RawStep's tuple). */
+static PyObject *
+raw_record(PyObject *raw, PyObject *rank, long long wall_offset_ns, double page_mb,
+           PyTypeObject *record_type)
+{
+    StepValues v;
+    if (!Py_IS_TYPE(raw, &RawStepType)) {
+        if (tuple_values(raw, &v) < 0) {
+            return NULL;
+        }
+        return host_record(&v, v.step, rank, wall_offset_ns, page_mb, record_type);
+    }
+    RawStep *r = (RawStep *)raw;
+    v.start = r->start_ns;
+    v.end = r->end_ns;
+    v.seen = r->seen;
+    v.rss = r->rss_pages;
+    v.comm = r->comm_ns;
+    memcpy(v.phase_ns, r->phase_ns, sizeof(v.phase_ns));
+    v.dev = r->device_mem;
+    PyObject *step = PyLong_FromLongLong(r->step);
+    if (step == NULL) {
+        return NULL;
+    }
+    PyObject *record = host_record(&v, step, rank, wall_offset_ns, page_mb, record_type);
+    Py_DECREF(step);
     return record;
 }
 
@@ -1444,8 +1578,8 @@ host_records(PyObject *Py_UNUSED(module), PyObject *args)
     Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
     PyObject *out = PyList_New(n);
     for (Py_ssize_t i = 0; out != NULL && i < n; i++) {
-        PyObject *rec = host_record(PySequence_Fast_GET_ITEM(seq, i), rank, wall_offset_ns,
-                                    page_mb, (PyTypeObject *)record_type);
+        PyObject *rec = raw_record(PySequence_Fast_GET_ITEM(seq, i), rank, wall_offset_ns,
+                                   page_mb, (PyTypeObject *)record_type);
         if (rec == NULL) {
             Py_CLEAR(out);
             break;
@@ -1473,7 +1607,8 @@ static struct PyModuleDef native_module = {
 PyMODINIT_FUNC
 PyInit__native(void)
 {
-    PyTypeObject *types[] = {&TimerType, &TimedType, &EdgeType, &RootsType, &StepType};
+    PyTypeObject *types[] = {&RawStepType, &TimerType, &TimedType, &EdgeType, &RootsType,
+                             &StepType};
     for (size_t i = 0; i < sizeof(types) / sizeof(types[0]); i++) {
         if (PyType_Ready(types[i]) < 0) {
             return NULL;
@@ -1489,7 +1624,8 @@ PyInit__native(void)
     if (m == NULL) {
         return NULL;
     }
-    if (PyModule_AddType(m, &TimerType) < 0 || PyModule_AddType(m, &TimedType) < 0 ||
+    if (PyModule_AddType(m, &RawStepType) < 0 || PyModule_AddType(m, &TimerType) < 0 ||
+        PyModule_AddType(m, &TimedType) < 0 ||
         PyModule_AddType(m, &EdgeType) < 0 || PyModule_AddType(m, &RootsType) < 0 ||
         PyModule_AddType(m, &StepType) < 0) {
         Py_DECREF(m);

@@ -7,6 +7,30 @@ BETWEEN: int
 OTHER: int
 RSS_INTERVAL_NS: int
 
+class RawStep:
+    """timer.RawStep's fields as C numbers; equal to the tuple of the same values."""
+
+    @property
+    def step(self) -> int: ...
+    @property
+    def start_ns(self) -> int: ...
+    @property
+    def end_ns(self) -> int: ...
+    @property
+    def phase_ns(self) -> tuple[int, ...]: ...
+    @property
+    def seen(self) -> int: ...
+    @property
+    def rss_pages(self) -> int: ...
+    @property
+    def marks(self) -> tuple[Any, ...] | None: ...
+    @property
+    def device_mem(self) -> tuple[float | None, float | None, float | None] | None: ...
+    @property
+    def comm_ns(self) -> int: ...
+    def __len__(self) -> int: ...
+    def __getitem__(self, i: int) -> Any: ...
+
 class StepTimer:
     inside: bool
     seen: int
@@ -14,7 +38,6 @@ class StepTimer:
     def __init__(
         self,
         out: deque[Any],
-        raw_type: type[tuple[Any, ...]],
         clock: Callable[[], int] | None = None,
         read_rss: Callable[[], int] | None = None,
         mark: Callable[[], Any] | None = None,

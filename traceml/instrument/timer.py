@@ -36,7 +36,10 @@ Mark = Callable[[], Any]
 
 
 class RawStep(NamedTuple):
-    """What the training thread hands to the tx thread for one step; converted there."""
+    """What the training thread hands to the tx thread for one step; converted there.
+
+    The C timer hands over `_native.RawStep` instead: these fields as C numbers (no int object
+    made a step), read by the same names and indexes, and equal to this tuple of its values."""
 
     step: int
     start_ns: int
@@ -269,5 +272,5 @@ def new_timer(
     c = native() if native_ok else None
     if c is None:
         return StepTimer(out, read_rss=read_rss)
-    timer: Timer = c.StepTimer(out, RawStep, read_rss=read_rss)
+    timer: Timer = c.StepTimer(out, read_rss=read_rss)
     return timer
