@@ -33,7 +33,9 @@ about 50 times slower):
 - keeps 256 step records (4,096 by default) so both runs' summaries at exit cost the same;
 - turns the RSS read (every 10 ms natively, every step at valgrind's pace) into a constant -1.
 A second line per arm leaves out the instructions that depend on how valgrind schedules the
-threads rather than on the code they run (SCHEDULING): read that one to compare two trees.
+threads rather than on the code they run (SCHEDULING): read that one to compare two trees. Even
+so, the training thread's count of the same code still moved by about 2,400 a step between two
+runs (2026-12-06): a smaller difference between two trees is not resolved.
 `--cache` runs bare and trace_step under cachegrind instead, which simulates the host's caches,
 and prints the cache misses a step adds (all threads together: cachegrind does not split
 them): instructions are not the whole cost of code that runs between torch's kernels, whose
