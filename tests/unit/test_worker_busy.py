@@ -60,9 +60,17 @@ def test_steps_slowed_by_the_tx_thread_carry_the_overlap_and_are_no_spikes() -> 
     held = [r for r in records if r.held_ms is not None]
     assert held, "the tx thread's spins overlapped no step"
     assert all(0 < r.held_ms <= r.step_ms + 1e-6 for r in held)  # type: ignore[operator]
-    slowed = [r for r in held if r.step_ms > 2 * factor * typical]
-    assert slowed, "no step waited for the GIL: the test did not exercise what it is about"
-    own_typical = {r.step for r in held if r.step_ms - r.held_ms <= factor * typical}  # type: ignore[operator]
+    # Slowed steps whose own time (less the overlap) is clearly typical. held_ms covers the tx
+    # thread's span only: taking the GIL back after it costs the step 10-100 µs more (the more
+    # the busier the host), which the spike judgement sees against its rolling median of the
+    # last 64 steps. So "clearly" leaves room for both: half the spike threshold of the run's
+    # median, where a loaded run's steps that came within 5 % of the threshold were listed.
+    own_typical = {
+        r.step
+        for r in held
+        if r.step_ms > 2 * factor * typical and r.step_ms - r.held_ms <= factor * typical / 2  # type: ignore[operator]
+    }
+    assert own_typical, "no step waited for the GIL: the test did not exercise what it is about"
     spikes = store.summary_view().ranks[0].spikes
     listed = {s.step for s in spikes.listed} if spikes is not None else set()
     assert not listed & own_typical
