@@ -9,6 +9,17 @@ import time
 from typing import Any
 
 
+def c_step_timer(c: Any, out: Any, **kwargs: Any) -> Any:
+    """The C module `c`'s StepTimer on `out`. A tree from before the C RawStep, put on
+    PYTHONPATH to measure a change beside it, takes the RawStep tuple type second."""
+    try:
+        return c.StepTimer(out, **kwargs)
+    except TypeError:
+        from traceml.instrument.timer import RawStep
+
+        return c.StepTimer(out, RawStep, **kwargs)
+
+
 def pct(values: list[float], q: float) -> float:
     """The q-quantile (0..1) of `values`, nearest rank below."""
     ordered = sorted(values)

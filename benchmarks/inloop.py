@@ -39,7 +39,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from _common import Loop, pct, quiet_shutdown
+from _common import Loop, c_step_timer, pct, quiet_shutdown
 
 PAUSE_S = 0.6
 """After a block: two of the tx thread's 0.25 s ticks, so its work for the block is done."""
@@ -54,7 +54,7 @@ def arms(summary: Path, parts: bool) -> dict[str, Any]:
     from traceml import api
     from traceml.config import PATCHES
     from traceml.instrument.hooks import Hooks
-    from traceml.instrument.timer import RawStep, StepTimer, native
+    from traceml.instrument.timer import StepTimer, native
 
     traceml.init(mode="auto", summary=summary)
     session = api.current_session()
@@ -65,10 +65,7 @@ def arms(summary: Path, parts: bool) -> dict[str, Any]:
     result: dict[str, Any] = {"bare": (None, None, None), "_torch": torch, "_session": session}
     c = native()
     if c is not None:
-        try:
-            timer = c.StepTimer(out, read_rss=rss)
-        except TypeError:  # a tree before RawStep was C (on PYTHONPATH) takes the tuple type
-            timer = c.StepTimer(out, RawStep, read_rss=rss)
+        timer = c_step_timer(c, out, read_rss=rss)
         # As trace_step's own: its methods prebound, where the tree has it (a tree before it
         # on PYTHONPATH has not).
         prebound = getattr(api, "_prebound", lambda ctx: ctx)

@@ -19,9 +19,10 @@ from collections import deque
 from collections.abc import Callable
 
 import torch
+from _common import c_step_timer
 
 from traceml.instrument import forward
-from traceml.instrument.timer import RawStep, StepTimer, Timer, native
+from traceml.instrument.timer import StepTimer, Timer, native
 
 torch.set_num_threads(1)
 LEAF = torch.nn.Identity()
@@ -61,7 +62,7 @@ def main() -> None:
     }
     c = native()
     if c is not None:  # the default: the C timer (root calls open and close in _native.Roots)
-        c_timer: Timer = c.StepTimer(deque(maxlen=4), RawStep)
+        c_timer: Timer = c_step_timer(c, deque(maxlen=4))
         arms["traced, C"] = lambda: traced(c_timer)
     arms["bare again"] = measure
     got: dict[str, list[tuple[float, float]]] = {name: [] for name in arms}
