@@ -97,20 +97,11 @@ RawStep_item(RawStep *self, Py_ssize_t i)
     }
 }
 
-/* The fields as a plain tuple: what comparisons and the repr work on. */
+/* The fields as a plain tuple (through RawStep_item): what comparisons and the repr work on. */
 static PyObject *
 RawStep_astuple(RawStep *self)
 {
-    PyObject *out = PyTuple_New(RAW_FIELDS);
-    for (Py_ssize_t i = 0; out != NULL && i < RAW_FIELDS; i++) {
-        PyObject *v = RawStep_item(self, i);
-        if (v == NULL) {
-            Py_CLEAR(out);
-            break;
-        }
-        PyTuple_SET_ITEM(out, i, v);
-    }
-    return out;
+    return PySequence_Tuple((PyObject *)self);
 }
 
 /* Equal to another RawStep or a tuple (timer.RawStep among them) of the same values. */
@@ -1448,7 +1439,7 @@ float_or_none(int ok, double value)
 
 /* One step's values, whichever RawStep they came from. */
 typedef struct {
-    PyObject *step; /* borrowed */
+    PyObject *step; /* the step's index as an int */
     long long start, end, seen, rss, comm;
     long long phase_ns[N_PHASES];
     PyObject *dev;  /* borrowed: None or a 3-tuple */
@@ -1482,8 +1473,8 @@ tuple_values(PyObject *raw, StepValues *v)
 
 /* The StepRecord of one step's host-clock values, as resolve.host_records builds it. */
 static PyObject *
-host_record(const StepValues *v, PyObject *step, PyObject *rank, long long wall_offset_ns,
-            double page_mb, PyTypeObject *record_type)
+host_record(const StepValues *v, PyObject *rank, long long wall_offset_ns, double page_mb,
+            PyTypeObject *record_type)
 {
     PyObject *dev = v->dev;
     if (dev != Py_None && (!PyTuple_Check(dev) || PyTuple_GET_SIZE(dev) != 3)) {
@@ -1493,7 +1484,7 @@ host_record(const StepValues *v, PyObject *step, PyObject *rank, long long wall_
     PyObject *items[RECORD_FIELDS] = {NULL};
     double backward_ms = (double)v->phase_ns[BACKWARD] / NS_PER_MS;
     items[0] = Py_NewRef(rank);
-    items[1] = Py_NewRef(step);
+    items[1] = Py_NewRef(v->step);
     items[2] = PyFloat_FromDouble((double)(v->start + wall_offset_ns) / 1e9);
     items[3] = PyFloat_FromDouble((double)(v->end - v->start) / NS_PER_MS);
     items[4] = phases_ms(v->phase_ns, v->seen);
@@ -1532,26 +1523,28 @@ raw_record(PyObject *raw, PyObject *rank, long long wall_offset_ns, double page_
            PyTypeObject *record_type)
 {
     StepValues v;
+    PyObject *step = NULL; /* owned here: a C RawStep's index made an int */
     if (!Py_IS_TYPE(raw, &RawStepType)) {
         if (tuple_values(raw, &v) < 0) {
             return NULL;
         }
-        return host_record(&v, v.step, rank, wall_offset_ns, page_mb, record_type);
     }
-    RawStep *r = (RawStep *)raw;
-    v.start = r->start_ns;
-    v.end = r->end_ns;
-    v.seen = r->seen;
-    v.rss = r->rss_pages;
-    v.comm = r->comm_ns;
-    memcpy(v.phase_ns, r->phase_ns, sizeof(v.phase_ns));
-    v.dev = r->device_mem;
-    PyObject *step = PyLong_FromLongLong(r->step);
-    if (step == NULL) {
-        return NULL;
+    else {
+        RawStep *r = (RawStep *)raw;
+        if ((step = PyLong_FromLongLong(r->step)) == NULL) {
+            return NULL;
+        }
+        v.step = step;
+        v.start = r->start_ns;
+        v.end = r->end_ns;
+        v.seen = r->seen;
+        v.rss = r->rss_pages;
+        v.comm = r->comm_ns;
+        memcpy(v.phase_ns, r->phase_ns, sizeof(v.phase_ns));
+        v.dev = r->device_mem;
     }
-    PyObject *record = host_record(&v, step, rank, wall_offset_ns, page_mb, record_type);
-    Py_DECREF(step);
+    PyObject *record = host_record(&v, rank, wall_offset_ns, page_mb, record_type);
+    Py_XDECREF(step);
     return record;
 }
 
@@ -1624,12 +1617,11 @@ PyInit__native(void)
     if (m == NULL) {
         return NULL;
     }
-    if (PyModule_AddType(m, &RawStepType) < 0 || PyModule_AddType(m, &TimerType) < 0 ||
-        PyModule_AddType(m, &TimedType) < 0 ||
-        PyModule_AddType(m, &EdgeType) < 0 || PyModule_AddType(m, &RootsType) < 0 ||
-        PyModule_AddType(m, &StepType) < 0) {
-        Py_DECREF(m);
-        return NULL;
+    for (size_t i = 0; i < sizeof(types) / sizeof(types[0]); i++) {
+        if (PyModule_AddType(m, types[i]) < 0) {
+            Py_DECREF(m);
+            return NULL;
+        }
     }
     /* timer.py checks these against its own before it uses this build. */
     if (PyModule_AddIntConstant(m, "RSS_INTERVAL_NS", RSS_INTERVAL_NS) < 0 ||
