@@ -188,8 +188,11 @@ async def test_a_thousand_ranks_update_in_place() -> None:
     async with app.run_test(size=SIZE) as pilot:
         screen = main(app)
         source.push(lambda store: fill(store, run))
+        # The first draw of a thousand rows takes seconds on a loaded machine.
         await until(
-            pilot, lambda: screen.shown is not None and len(screen.shown.view.ranks) == 1000
+            pilot,
+            lambda: screen.shown is not None and len(screen.shown.view.ranks) == 1000,
+            timeout=20,
         )
         table = screen.query_one(RankTable)
         data_table = table.query_one(DataTable)
