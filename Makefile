@@ -16,8 +16,10 @@ $(BIN)/traceml: pyproject.toml setup.py traceml/instrument/_native.c traceml/ana
 	@touch $@
 
 # Three workers on two cores: most tests wait on real subprocesses, sockets and torchrun.
+# worksteal: an idle worker takes tests queued for a busy one. With xdist's default, the last
+# worker sat on a queue of slow tests (one file's) for minutes after the others had finished.
 test: install
-	$(BIN)/pytest -q -n 3
+	$(BIN)/pytest -q -n 3 --dist worksteal
 
 lint: install
 	$(BIN)/ruff check traceml tui tests examples benchmarks
