@@ -8,7 +8,8 @@ with a 7-byte header: crc32, little-endian length, kind) holding `wandb.proto` R
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -77,4 +78,25 @@ def read_run(wandb_dir: Path) -> OfflineRun:
             art = rec.artifact
             paths = {c.path: c.local_path for c in art.manifest.contents}
             run.artifacts[art.name] = (art.type, paths)
+    return run
+
+
+def wait_for_run(
+    wandb_dir: Path, done: Callable[[OfflineRun], bool], timeout: float = 30.0
+) -> OfflineRun:
+    """The one offline run under `wandb_dir` once `done(run)` holds. wandb-core may still be
+    creating or writing its file when `finish()` returns on a loaded host, so until the
+    deadline a missing file, or one whose last record is half written, is read again later;
+    after it, the file is read once more and what is wrong with it fails the test."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            run = read_run(wandb_dir)
+        except Exception:
+            run = None
+        if run is not None and done(run):
+            return run
+        time.sleep(0.1)
+    run = read_run(wandb_dir)
+    assert done(run), f"the offline run under {wandb_dir} never got what the test waits for"
     return run

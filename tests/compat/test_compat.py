@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from tests.compat._harness import Pair, phases, run_case, run_case_again_on_abort, run_traced
-from tests.compat._wandb_files import read_run
+from tests.compat._wandb_files import wait_for_run
 
 pytestmark = [pytest.mark.compat, pytest.mark.slow]
 
@@ -151,7 +151,9 @@ def test_wandb_offline_run_gets_the_summary(tmp_path: Path) -> None:
     assert run.lines("logged_to=") == ["['wandb']"]
     assert not run.leftovers, run.leftovers
     summary = run.summary
-    logged = read_run(run.cwd / "wandb")
+    logged = wait_for_run(
+        run.cwd / "wandb", lambda logged: "traceml/step_time/median_ms" in logged.summary
+    )
     median = summary["step_time"]["median_ms"]
     assert json.loads(logged.summary["traceml/step_time/median_ms"]) == median
     assert json.loads(logged.config["traceml/primary"]) == summary["primary"]["kind"]

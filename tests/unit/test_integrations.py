@@ -9,7 +9,6 @@ import os
 import subprocess
 import sys
 import textwrap
-import time
 import types
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager
@@ -213,7 +212,7 @@ def test_log_summary_into_a_real_offline_wandb_run(
     """A real offline run, read back from its .wandb file: summary, config, tags, artifact."""
     import wandb
 
-    from tests.compat._wandb_files import read_run
+    from tests.compat._wandb_files import wait_for_run
 
     monkeypatch.setenv("WANDB_MODE", "offline")
     monkeypatch.setenv("WANDB_SILENT", "true")
@@ -225,12 +224,9 @@ def test_log_summary_into_a_real_offline_wandb_run(
         assert "traceml:INPUT_BOUND" in (run.tags or ())
     finally:
         run.finish()
-    # wandb-core may still be writing the log when finish() returns on a loaded host
-    deadline = time.monotonic() + 30
-    while "traceml/step_time/median_ms" not in read_run(tmp_path / "wandb").summary:
-        assert time.monotonic() < deadline, "the offline run's summary was never written"
-        time.sleep(0.1)
-    logged = read_run(tmp_path / "wandb")
+    logged = wait_for_run(
+        tmp_path / "wandb", lambda logged: "traceml/step_time/median_ms" in logged.summary
+    )
     assert json.loads(logged.summary["traceml/step_time/median_ms"]) == 100.0
     assert json.loads(logged.config["traceml/primary"]) == "INPUT_BOUND"
     assert "traceml:INPUT_BOUND" in logged.tags
