@@ -35,6 +35,22 @@ def no_leaked_threads() -> Iterator[None]:
     assert not leaked, f"TraceML threads left running: {leaked}"
 
 
+@pytest.fixture
+def offline_wandb(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """W&B in offline mode in this process, writing its runs under the returned `wandb/` folder
+    of `tmp_path`. wandb keeps its settings, the run folder among them, in a process-wide
+    singleton made at the first `wandb.init`: without a teardown on both sides, the second test
+    of a pytest worker writes into the first one's folder (or the working directory)."""
+    import wandb
+
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_DIR", str(tmp_path))
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    wandb.teardown()
+    yield tmp_path / "wandb"
+    wandb.teardown()
+
+
 def traceml_cmd(*args: str) -> list[str]:
     """The CLI as a real subprocess, with this interpreter."""
     return [sys.executable, "-m", "traceml", *args]

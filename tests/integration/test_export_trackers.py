@@ -116,16 +116,13 @@ records, each with a 7-byte header (crc32, length, type: 1 full, 2 first, 3 midd
 
 
 @pytest.mark.slow  # wandb.init starts wandb-core, a subprocess
-def test_wandb_offline_run(tmp_path: Path, loop: TxLoop, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_wandb_offline_run(tmp_path: Path, loop: TxLoop, offline_wandb: Path) -> None:
     from tests.compat._wandb_files import wait_for_run
     from traceml.export.wandb_tracker import open_wandb
 
-    monkeypatch.setenv("WANDB_MODE", "offline")
-    monkeypatch.setenv("WANDB_DIR", str(tmp_path))
-    monkeypatch.setenv("WANDB_SILENT", "true")
     tracker = open_wandb(RUN, project="traceml-test")
     log_two_points(tmp_path, loop, tracker)
-    rows = wait_for_run(tmp_path / "wandb", lambda run: len(run.history) >= 2).history
+    rows = wait_for_run(offline_wandb, lambda run: len(run.history) >= 2).history
     assert [r["traceml/step"] for r in rows] == [100, 150]
     assert set(rows[0]) >= KEYS
     assert rows[1]["traceml/step_time/median_ms"] == 10.0

@@ -206,17 +206,13 @@ def test_a_tracker_error_becomes_one_integration_error(summary_file: Path) -> No
     assert isinstance(info.value.__cause__, RuntimeError)
 
 
-def test_log_summary_into_a_real_offline_wandb_run(
-    summary_file: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_log_summary_into_a_real_offline_wandb_run(summary_file: Path, offline_wandb: Path) -> None:
     """A real offline run, read back from its .wandb file: summary, config, tags, artifact."""
     import wandb
 
     from tests.compat._wandb_files import wait_for_run
 
-    monkeypatch.setenv("WANDB_MODE", "offline")
-    monkeypatch.setenv("WANDB_SILENT", "true")
-    run = wandb.init(project="traceml-test", dir=str(tmp_path))
+    run = wandb.init(project="traceml-test")
     try:
         assert log_summary(summary_file) == ["wandb"]
         assert run.summary["traceml/step_time/median_ms"] == 100.0
@@ -225,7 +221,7 @@ def test_log_summary_into_a_real_offline_wandb_run(
     finally:
         run.finish()
     logged = wait_for_run(
-        tmp_path / "wandb", lambda logged: "traceml/step_time/median_ms" in logged.summary
+        offline_wandb, lambda logged: "traceml/step_time/median_ms" in logged.summary
     )
     assert json.loads(logged.summary["traceml/step_time/median_ms"]) == 100.0
     assert json.loads(logged.config["traceml/primary"]) == "INPUT_BOUND"
