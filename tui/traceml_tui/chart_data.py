@@ -3,7 +3,7 @@
 Two scopes: "recent" (the rank's last steps, one point per step, from the snapshot's recent
 records) and "run" (the whole run, one point per timeline window, from RankWindow.timeline, so a
 viewer that attached at step 1,000,000 still sees the first minutes). Points are bucketed down to
-at most the chart's width: the chart library's cost grows with its points, not with the run. No
+at most the chart's width: a picture's cost grows with its points, not with the run. No
 I/O, no widgets, no torch; a None number (not measured) is never drawn as 0.
 """
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from traceml.analysis.rules import mb, ms, pct
 
-__all__ = ["clock", "mb", "ms", "opt_pct", "pct", "signed_pct", "value"]
+__all__ = ["clock", "mb", "ms", "opt_pct", "pct", "signed_pct", "steps", "value"]
 
 
 def clock(seconds: float | None) -> str:
@@ -19,6 +19,11 @@ def clock(seconds: float | None) -> str:
     hours, rest = divmod(total, 3600)
     minutes, secs = divmod(rest, 60)
     return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes}:{secs:02d}"
+
+
+def steps(count: float) -> str:
+    """A step number on a chart's axis: "12,345"."""
+    return f"{count:,.0f}"
 
 
 def opt_pct(fraction: float | None) -> str:

@@ -1,32 +1,39 @@
-"""A plotext chart (textual-plotext) that builds its picture once per data, at most once a second.
+"""A chart widget that builds its picture once per data, at most once a second.
 
-plotext draws a scale (values on both axes) that a sparkline has not, but building a picture
-costs 10-60 ms of Python. So the chart keeps the built picture while its data, size and theme
-stay the same, and takes new data at most every REDRAW_S (a scope toggle or a resize redraws at
-once). Subclasses say what to plot in `draw(plt, data)`; they never read the run.
+The picture (traceml_tui.plot: values on both axes, which a sparkline has not) is kept while the
+chart's data, size and theme stay the same, and new data is taken at most every REDRAW_S (a
+scope toggle or a resize redraws at once): an idle run's snapshots cost the chart nothing.
+Subclasses say what to draw in `picture(data, width, height)`; they never read the run.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from textual.color import Color
-from textual_plotext import PlotextPlot
+from textual.strip import Strip
+from textual.widget import Widget
 
 if TYPE_CHECKING:
-    from textual.app import RenderResult
     from textual.timer import Timer
-    from textual_plotext.plot import Plot
+
+    from traceml_tui.plot import Canvas, Rgb
 
 D = TypeVar("D")
 REDRAW_S = 1.0
 """Least time between two builds of a chart fed with new data while the run goes on."""
 
 
-class Chart(PlotextPlot, Generic[D]):
-    """A plotext picture of `data`; None data draws nothing (the panel says why in words)."""
+class Chart(Widget, Generic[D]):
+    """A picture of `data`; None data draws nothing (the panel says why in words)."""
+
+    DEFAULT_CSS = """
+    Chart {
+        width: 1fr;
+        height: 1fr;
+    }
+    """
 
     def __init__(self, *, classes: str | None = None) -> None:
         super().__init__(classes=classes)
@@ -35,7 +42,7 @@ class Chart(PlotextPlot, Generic[D]):
         """Pictures built so far (tests count redraws with it)."""
         self._version = 0
         self._built_for: tuple[Any, ...] | None = None
-        self._picture: RenderResult = ""
+        self._strips: list[Strip] = []
         self._built_at = -REDRAW_S
         self._pending: Timer | None = None
 
@@ -61,37 +68,34 @@ class Chart(PlotextPlot, Generic[D]):
         self._pending = None
         self.refresh()
 
-    def render(self) -> RenderResult:
+    def render_line(self, y: int) -> Strip:
+        """Row `y` of the picture (Textual's line API: the strips go to the screen as built,
+        with no text to parse again)."""
+        strips = self.strips()
+        return strips[y] if y < len(strips) else Strip.blank(self.size.width, self.rich_style)
+
+    def strips(self) -> list[Strip]:
+        """The picture's rows, built again only when the data, size or theme changed."""
         key = (self._version, self.size, self.app.theme)
         if key != self._built_for:
-            plt = self.plt
-            plt.clear_figure()
-            if self.data is not None:
-                self.draw(plt, self.data)
-            self._picture = super().render() if self.data is not None else ""
+            width, height = self.size
+            canvas = None if self.data is None else self.picture(self.data, width, height)
+            self._strips = [] if canvas is None else canvas.strips(self.rich_style)
             self._built_for, self._built_at = key, time.monotonic()
             self.builds += 1
-        return self._picture
+        return self._strips
 
-    def draw(self, plt: Plot, data: D) -> None:
-        """Plot `data` on the cleared figure `plt`."""
+    @property
+    def text(self) -> str:
+        """The picture as plain text, a line per row."""
+        return "\n".join(strip.text for strip in self.strips())
+
+    def picture(self, data: D, width: int, height: int) -> Canvas | None:
+        """`data` drawn in `width` x `height` cells; None when they cannot hold a chart."""
         raise NotImplementedError
 
-    def axes(
-        self, plt: Plot, xs: list[float], y: tuple[float, float], label: Callable[[float], str]
-    ) -> None:
-        """Name the y range by its values (lowest, middle, highest, as `label` writes them) and
-        the x axis by whole step numbers, so the chart carries its own scale."""
-        lo, hi = y
-        plt.ylim(lo, hi)
-        ys = [lo, (lo + hi) / 2, hi]
-        plt.yticks(ys, [label(v) for v in ys])
-        first, last = xs[0], xs[-1]
-        marks = sorted({float(round(first + (last - first) * i / 3)) for i in range(4)})
-        plt.xticks(marks, [f"{m:,.0f}" for m in marks])
-
-    def rgb(self, style: str) -> tuple[int, int, int]:
-        """A theme colour ("$warning", "$primary-lighten-3") as plotext's (r, g, b)."""
+    def rgb(self, style: str) -> Rgb:
+        """A theme colour ("$warning", "$primary-lighten-3") as (r, g, b)."""
         variables = self.app.theme_variables
         value = variables.get(style.lstrip("$")) or variables.get("foreground") or "white"
         try:

@@ -16,14 +16,15 @@ from textual.app import ComposeResult
 from textual.containers import Vertical
 
 from traceml.analysis.view import RankWindow, Series
+from traceml_tui import plot
 from traceml_tui.chart_data import SCOPE_WORDS, ChartData, ChartScope, chart_data, memory_range
-from traceml_tui.format import mb
+from traceml_tui.format import mb, steps
 from traceml_tui.snapshot import Snapshot, no_steps_text
 from traceml_tui.widgets.chart import Chart
 from traceml_tui.widgets.redraw import StaticText
 
 if TYPE_CHECKING:
-    from textual_plotext.plot import Plot
+    from traceml_tui.plot import Canvas
 
 CHART_POINTS = 48
 """Most points of the memory chart (a narrow panel: about one per cell)."""
@@ -70,11 +71,11 @@ def _summary_note(summary: Mapping[str, Any]) -> str:
 class MemoryChart(Chart[MemorySeries]):
     """One memory series in MB over steps; its y-range never stretches a wobble to full height."""
 
-    def draw(self, plt: Plot, data: MemorySeries) -> None:
+    def picture(self, data: MemorySeries, width: int, height: int) -> Canvas | None:
         xs = [x for x, _ in data.points]
         ys = [y for _, y in data.points]
-        plt.plot(xs, ys, marker="braille", color=self.rgb(data.style))
-        self.axes(plt, xs, memory_range(ys), mb)
+        y = memory_range(ys)
+        return plot.line(self.rgb(data.style), xs, ys, width, height, y, mb, steps)
 
 
 class MemoryPanel(Vertical, can_focus=True):

@@ -13,8 +13,9 @@ from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.content import Content
 
+from traceml_tui import plot
 from traceml_tui.chart_data import SCOPE_WORDS, ChartData, ChartScope, chart_data
-from traceml_tui.format import ms
+from traceml_tui.format import ms, steps
 from traceml_tui.snapshot import Snapshot, no_steps_text
 from traceml_tui.widgets.chart import Chart
 from traceml_tui.widgets.phase_bars import PHASE_STYLE
@@ -22,7 +23,7 @@ from traceml_tui.widgets.rank_table import PHASE_HEADS
 from traceml_tui.widgets.redraw import StaticText
 
 if TYPE_CHECKING:
-    from textual_plotext.plot import Plot
+    from traceml_tui.plot import Canvas
 
 AXIS_CELLS = 8
 """Cells the y axis labels take; the rest of the width gets one point per cell."""
@@ -32,15 +33,14 @@ DEFAULT_POINTS = 60
 class StepChart(Chart[ChartData]):
     """Stacked phases (bottom: dataloader) of each point's mean step, in ms."""
 
-    def draw(self, plt: Plot, data: ChartData) -> None:
-        xs = [p.step for p in data.points]
+    def picture(self, data: ChartData, width: int, height: int) -> Canvas | None:
         layers = data.stacked()
         if not layers:  # no phase measured: the step time alone
             layers = [("other", [p.step_ms for p in data.points])]
-        for phase, totals in reversed(layers):  # top first: each lower layer paints over it
-            plt.plot(xs, totals, marker="sd", fillx=True, color=self.rgb(PHASE_STYLE[phase]))
         top = max(max(layers[-1][1]), 1e-3)
-        self.axes(plt, xs, (0.0, top * 1.05), ms)
+        coloured = [(self.rgb(PHASE_STYLE[phase]), totals) for phase, totals in layers]
+        xs = [p.step for p in data.points]
+        return plot.stacked(coloured, xs, width, height, (0.0, top * 1.05), ms, steps)
 
 
 def legend(data: ChartData) -> Content:
