@@ -51,6 +51,7 @@ bench: install
 	$(BIN)/python benchmarks/transport.py
 	$(BIN)/python benchmarks/viewer.py
 	$(BIN)/python benchmarks/view_cost.py
+	$(BIN)/python benchmarks/view_cpu.py
 	$(BIN)/python benchmarks/distributed.py
 	@if command -v valgrind >/dev/null; then $(BIN)/python benchmarks/instructions.py; \
 	else echo "benchmarks/instructions.py skipped: valgrind is not installed"; fi
@@ -63,6 +64,7 @@ bench-quick: install
 	$(BIN)/python benchmarks/transport.py --steps 10000 --snapshot 20000 --seconds 1
 	$(BIN)/python benchmarks/viewer.py --quick
 	$(BIN)/python benchmarks/view_cost.py --cycles 2 --period 2
+	$(BIN)/python benchmarks/view_cpu.py --rounds 1 --period 5
 	$(BIN)/python benchmarks/distributed.py --quick
 
 snapshots: install
