@@ -132,13 +132,7 @@ class Canvas:
         spans: list[Span] = []
         at = 0
         for chars, styles in zip(self.chars, self.styles, strict=True):
-            start, current = 0, styles[0] if styles else None
-            for col in range(1, len(styles) + 1):
-                style = styles[col] if col < len(styles) else None
-                if col == len(styles) or style is not current:
-                    if current is not None:
-                        spans.append(Span(at + start, at + col, current))
-                    start, current = col, style
+            spans += [Span(at + a, at + b, st) for a, b, st in _runs(styles) if st is not None]
             plain.append("".join(chars))
             at += len(chars) + 1
         return Text("\n".join(plain), spans=spans, no_wrap=True, overflow="crop")
@@ -147,21 +141,29 @@ class Canvas:
         """The rows as Textual strips, each run of equal styles one segment over `base` (the
         widget's own style: its background shows through)."""
         over: dict[Style, Style] = {}
-        out = []
-        for chars, styles in zip(self.chars, self.styles, strict=True):
-            segments = []
-            start = 0
-            for col in range(1, len(styles) + 1):
-                if col == len(styles) or styles[col] is not styles[start]:
-                    style = styles[start]
-                    if style is None:
-                        full = base
-                    else:
-                        full = over.get(style) or over.setdefault(style, base + style)
-                    segments.append(Segment("".join(chars[start:col]), full))
-                    start = col
-            out.append(Strip(segments, len(chars)))
-        return out
+
+        def full(style: Style | None) -> Style:
+            if style is None:
+                return base
+            return over.get(style) or over.setdefault(style, base + style)
+
+        return [
+            Strip(
+                [Segment("".join(chars[a:b]), full(st)) for a, b, st in _runs(styles)], len(chars)
+            )
+            for chars, styles in zip(self.chars, self.styles, strict=True)
+        ]
+
+
+def _runs(styles: Sequence[Style | None]) -> list[tuple[int, int, Style | None]]:
+    """[start, end) and style of each run of equal styles in a row."""
+    out = []
+    start = 0
+    for col in range(1, len(styles) + 1):
+        if col == len(styles) or styles[col] is not styles[start]:
+            out.append((start, col, styles[start]))
+            start = col
+    return out
 
 
 def axes(canvas: Canvas, f: Frame, xs: Sequence[float], x_label: Callable[[float], str]) -> None:
