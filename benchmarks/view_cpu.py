@@ -122,10 +122,10 @@ def main() -> None:
         total = [100 * (m + o) / a.period for m, o in rows]
         main_pct = statistics.fmean(100 * m / a.period for m, _ in rows)
         other_pct = statistics.fmean(100 * o / a.period for _, o in rows)
-        sd = statistics.stdev(total) if len(total) > 1 else 0.0
+        sd = f"{statistics.stdev(total):4.2f}" if len(total) > 1 else " n/a"  # one round: none
         mean = statistics.fmean(total)
         print(
-            f"  {name[-30:]:30} {mean:8.2f} ± {sd:4.2f} {main_pct:11.2f} {other_pct:8.2f}"
+            f"  {name[-30:]:30} {mean:8.2f} ± {sd} {main_pct:11.2f} {other_pct:8.2f}"
             f" {mean / 100 * step_us:10.1f}"
         )
 
