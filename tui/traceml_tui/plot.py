@@ -193,6 +193,23 @@ def axes(canvas: Canvas, f: Frame, xs: Sequence[float], x_label: Callable[[float
             free = start + len(text) + 1
 
 
+def _framed(
+    width: int,
+    height: int,
+    y: tuple[float, float],
+    y_label: Callable[[float], str],
+    xs: Sequence[float],
+    x_label: Callable[[float], str],
+) -> tuple[Frame, Canvas] | None:
+    """An empty chart with its axes drawn, and its layout; None when the size holds no plot."""
+    f = frame(width, height, y, y_label)
+    if f is None:
+        return None
+    canvas = Canvas(width, height)
+    axes(canvas, f, xs, x_label)
+    return f, canvas
+
+
 def stacked(
     layers: Sequence[tuple[Rgb, Sequence[float]]],
     xs: Sequence[float],
@@ -206,11 +223,10 @@ def stacked(
     so the last layer's totals are the columns' heights. Each cell takes the colour of the layer
     with the largest share of it, so a layer thinner than a cell shows where it dominates one
     and nowhere else; the top cell of a column is filled in eighths."""
-    f = frame(width, height, y, y_label)
-    if f is None or not layers:
+    framed = _framed(width, height, y, y_label, xs, x_label) if layers else None
+    if framed is None:
         return None
-    canvas = Canvas(width, height)
-    axes(canvas, f, xs, x_label)
+    f, canvas = framed
     styles = [Style(color=Color.from_rgb(*rgb)) for rgb, _ in layers]
     totals = [totals for _, totals in layers]
     level = f.scale(8)  # heights in eighths of a row
@@ -258,11 +274,10 @@ def line(
     x_label: Callable[[float], str],
 ) -> Canvas | None:
     """One series as a line: each point a dash at a quarter of a row (four levels a cell)."""
-    f = frame(width, height, y, y_label)
-    if f is None or not ys:
+    framed = _framed(width, height, y, y_label, xs, x_label) if ys else None
+    if framed is None:
         return None
-    canvas = Canvas(width, height)
-    axes(canvas, f, xs, x_label)
+    f, canvas = framed
     style = Style(color=Color.from_rgb(*rgb))
     level = f.scale(4)  # heights in quarters of a row
     for value, (a, b) in zip(ys, columns(len(ys), f.cols), strict=False):

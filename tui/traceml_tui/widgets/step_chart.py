@@ -51,7 +51,7 @@ def legend(data: ChartData) -> Content:
     slow = data.slowest()
     if slow is not None:
         near = "" if slow.weight == 1 else "~"
-        parts.append((f"slowest {ms(slow.max_ms)} at step {near}{slow.step:,.0f}", "$text-muted"))
+        parts.append((f"slowest {ms(slow.max_ms)} at step {near}{steps(slow.step)}", "$text-muted"))
     return Content.assemble(*parts)
 
 
