@@ -15,13 +15,17 @@ import pty
 import resource
 import struct
 import subprocess
+import sys
 import termios
 import threading
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import psutil
 
+WORKLOAD = Path(__file__).resolve().parent / "_workload.py"
 POLL_S = 0.02
 KEY_POLL_S = 0.005
 """How soon after the training process exits `q` reaches the live view: the harness's delay
@@ -190,3 +194,43 @@ def _drain(fd: int) -> None:
             pass
     except OSError:
         return
+
+
+@dataclass
+class TracedRank:
+    """One traced training process of `_workload.py`, running."""
+
+    proc: subprocess.Popen[bytes]
+    env: dict[str, str]
+    """Its environment: a viewer started with it finds the run (same runtime dir and run id)."""
+    out: Path
+    """Where it writes its step times once SIGUSR1 ends its loop (see _workload.py)."""
+
+
+def start_traced_rank(
+    tmp: Path,
+    run_id: str,
+    steps: int,
+    width: int,
+    base_env: Mapping[str, str] = os.environ,
+    timeout: float = 60,
+) -> TracedRank:
+    """`_workload.py traceml` with its own runtime dir under `tmp`, returned once its rank file
+    exists and a second more has passed: its loop has begun, so an attach finds a live run and
+    SIGUSR1 ends the loop. Killed when it does not get there within `timeout`."""
+    runtime = tmp / "rt"
+    runtime.mkdir(mode=0o700)
+    env = {k: v for k, v in base_env.items() if not k.startswith("TRACEML_")}
+    env.update(OMP_NUM_THREADS="1", TRACEML_RUNTIME_DIR=str(runtime), TRACEML_RUN_ID=run_id)
+    env["TRACEML_SUMMARY"] = str(tmp / "final_summary.json")
+    out = tmp / "steps"
+    cmd = [sys.executable, str(WORKLOAD), "traceml", str(steps), str(width), "32", str(out)]
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + timeout
+    while not (runtime / run_id / "rank-0.json").exists():
+        if time.monotonic() > deadline or proc.poll() is not None:
+            proc.kill()
+            raise SystemExit("the training process never published its rank file")
+        time.sleep(0.1)
+    time.sleep(1.0)
+    return TracedRank(proc, env, out)

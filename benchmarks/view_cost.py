@@ -24,7 +24,6 @@ import argparse
 import os
 import signal
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -33,7 +32,7 @@ from pathlib import Path
 
 import psutil
 from _common import byte_compile, pct
-from _procs import start_in_pty
+from _procs import start_in_pty, start_traced_rank
 
 HERE = Path(__file__).resolve().parent
 RUN_ID = "viewcost-0001"
@@ -46,16 +45,6 @@ def cpu_s(pid: int) -> float:
     return t.user + t.system
 
 
-def wait_for_steps(rank_dir: Path, timeout: float = 60) -> None:
-    """Until the rank's file exists and the loop has begun (the attach must find a live run)."""
-    deadline = time.monotonic() + timeout
-    while not (rank_dir / "rank-0.json").exists():
-        if time.monotonic() > deadline:
-            raise SystemExit("the training process never published its rank file")
-        time.sleep(0.1)
-    time.sleep(1.0)
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
     ap.add_argument("--period", type=float, default=4.0, help="seconds per window")
@@ -64,29 +53,10 @@ def main() -> None:
     a = ap.parse_args()
     print(f"TraceML {byte_compile()}")
     tmp = Path(tempfile.mkdtemp(prefix="traceml-viewcost-"))
-    runtime = tmp / "rt"
-    runtime.mkdir(mode=0o700)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("TRACEML_")}
-    env.update(OMP_NUM_THREADS="1", TRACEML_RUNTIME_DIR=str(runtime), TRACEML_RUN_ID=RUN_ID)
-    env["TRACEML_SUMMARY"] = str(tmp / "final_summary.json")
     windows_s = 2 * a.period * a.cycles
     steps = int((windows_s + 30) / 0.0001)  # ended by SIGUSR1 after the last window
-    out = tmp / "steps"
-    train = subprocess.Popen(
-        [
-            sys.executable,
-            str(HERE / "_workload.py"),
-            "traceml",
-            str(steps),
-            str(a.width),
-            "32",
-            str(out),
-        ],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )
-    wait_for_steps(runtime / RUN_ID)
+    rank = start_traced_rank(tmp, RUN_ID, steps, a.width)
+    train, env, out = rank.proc, rank.env, rank.out
     view, master, _ = start_in_pty([sys.executable, "-m", "traceml", "attach", RUN_ID], env)
     time.sleep(4.0)  # the view's start and its first snapshot
     windows: list[tuple[bool, float, float, float]] = []

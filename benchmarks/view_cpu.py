@@ -26,7 +26,7 @@ from pathlib import Path
 
 import psutil
 from _common import byte_compile
-from _procs import start_in_pty
+from _procs import start_in_pty, start_traced_rank
 
 HERE = Path(__file__).resolve().parent
 RUN_ID = "viewcpu-0001"
@@ -75,31 +75,17 @@ def main() -> None:
     print(f"TraceML {byte_compile()}")
     if a.tree:
         byte_compile(a.tree)
-    tmp = Path(tempfile.mkdtemp(prefix="traceml-viewcpu-"))
-    runtime = tmp / "rt"
-    runtime.mkdir(mode=0o700)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("TRACEML_")}
-    env.pop("PYTHONPATH", None)
-    env.update(OMP_NUM_THREADS="1", TRACEML_RUNTIME_DIR=str(runtime), TRACEML_RUN_ID=RUN_ID)
-    env["TRACEML_SUMMARY"] = str(tmp / "final_summary.json")
     arms: list[tuple[str, str | None]] = [("this tree", None)]
     if a.tree:
         arms.append((a.tree, a.tree))
-    out = tmp / "steps"
     # ended by SIGUSR1 after the last view; steps of 0.1 ms would fit (the loop keeps each time)
     steps = int((len(arms) * a.rounds * (a.period + WARM_S + 5) + 30) / 1e-4)
-    cmd = [sys.executable, str(HERE / "_workload.py"), "traceml", str(steps), str(a.width)]
-    train = subprocess.Popen(
-        [*cmd, "32", str(out)], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
-    )
+    base = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # --tree sets its own
+    tmp = Path(tempfile.mkdtemp(prefix="traceml-viewcpu-"))
+    rank = start_traced_rank(tmp, RUN_ID, steps, a.width, base)
+    train, env, out = rank.proc, rank.env, rank.out
     got: dict[str, list[tuple[float, float]]] = {name: [] for name, _ in arms}
     try:
-        deadline = time.monotonic() + 60
-        while not (runtime / RUN_ID / "rank-0.json").exists():
-            if time.monotonic() > deadline or train.poll() is not None:
-                raise SystemExit("the training process never published its rank file")
-            time.sleep(0.1)
-        time.sleep(1.0)  # the loop has begun (and its SIGUSR1 handler is in place)
         for r in range(a.rounds):
             for name, tree in arms if r % 2 == 0 else arms[::-1]:
                 got[name].append(one_view(env, tree, a.period))
