@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterator
@@ -19,7 +20,7 @@ from traceml.records import RankEnd, SystemSample
 from traceml.transport.publish import publisher as publisher_module
 from traceml.transport.publish.publisher import Publisher
 from traceml.transport.runfiles.runfile import write_json_atomic
-from traceml.transport.subscribe.runs import list_runs
+from traceml.transport.subscribe.runs import RunEntry, list_runs
 from traceml.transport.subscribe.subscriber import Subscriber
 from traceml.transport.wire.codec import WELCOME, Header, decode_steps, parse_topic
 from traceml.transport.wire.events import EndEvent, GapEvent, HeartbeatEvent, InfoEvent
@@ -359,3 +360,34 @@ def test_run_json_is_rewritten_only_when_it_changes(
     assert written[-2:] == ["rank-0.json", "run.json"]
     ended = json.loads(run_dir.run_json.read_text())
     assert ended["end"][2] == "ok" and ended["summary_path"] == str(summary)
+
+
+def _poll_on_a_thread(sub: Subscriber) -> threading.Event:
+    """Start `sub.poll(60 s)` on a thread of its own; the event is set when it returns."""
+    returned = threading.Event()
+
+    def poll() -> None:
+        sub.poll(60_000)
+        returned.set()
+
+    threading.Thread(target=poll, daemon=True).start()
+    return returned
+
+
+def test_another_thread_cuts_a_long_poll_short(tmp_path: Path) -> None:
+    """A viewer that leaves wakes its feed's poll (Subscriber.wake) instead of waiting it out.
+    A run whose ranks have not written their files yet sends nothing: unwoken, each poll here
+    would wait its whole minute."""
+    run = RunEntry(
+        run_id="wake-1", dir=tmp_path, script="train.py", host="", ranks=(), state="live",
+        started=0.0, updated=0.0, world_size=1, last_step=None, last_step_ms=None,
+        primary=None, summary_path=None,
+    )  # fmt: skip
+    with Subscriber(run) as sub:
+        returned = _poll_on_a_thread(sub)
+        assert not returned.wait(0.3), "nothing comes: the poll waits"
+        sub.wake()
+        assert returned.wait(10), "woken, the poll returns"
+        sub.wake()  # before a poll: the next one returns at once
+        assert _poll_on_a_thread(sub).wait(10)
+    sub.wake()  # after close(): nothing to wake, nothing raised

@@ -162,7 +162,8 @@ class CannedSource:
     """A Source fed by the test: each pushed function changes the store once, on the feed thread."""
 
     def __init__(self) -> None:
-        self.queue: queue.Queue[Callable[[RunStore], None]] = queue.Queue()
+        self.queue: queue.Queue[Callable[[RunStore], None] | None] = queue.Queue()
+        """Changes to make, and None for a wake-up."""
         self.opened = False
         self.closed = False
 
@@ -177,8 +178,13 @@ class CannedSource:
             change = self.queue.get(timeout=timeout_s)
         except queue.Empty:
             return False
+        if change is None:
+            return False
         change(store)
         return True
+
+    def wake(self) -> None:
+        self.queue.put(None)
 
     def close(self) -> None:
         self.closed = True

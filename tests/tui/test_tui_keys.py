@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
+import time
+from unittest.mock import patch
+
 from textual.widgets import Input
 
 from tests.tui.fixtures import CannedRun, CannedSource, fill, screen_of, snapshot_of, until
+from traceml_tui import feed as feed_module
 from traceml_tui.app import TraceMLApp
 from traceml_tui.screens.focus_rank import FocusRank
 from traceml_tui.screens.help import HelpScreen
@@ -107,3 +112,21 @@ async def test_q_detaches_from_an_attached_run() -> None:
         await pilot.pause()
     assert app.return_value == 0
     assert not app.detached, "attached: there is no job of ours to leave running"
+
+
+async def test_q_stops_the_feed_thread_at_once_however_long_it_would_wait() -> None:
+    """Leaving wakes the feed (`TraceMLApp.exit`): a real `app.run()` waits for the feed's thread
+    before it returns, and the feed sleeps in its source's poll until records come."""
+    source = CannedSource()
+    app = TraceMLApp(None, source=source)
+    # Unwoken, each pump would wait a minute: no snapshot falls due, no cap cuts it short.
+    with patch.multiple(feed_module, PUMP_MAX_S=60.0, IDLE_S=60.0):
+        async with app.run_test(size=SIZE) as pilot:
+            await shown(app, pilot)
+            await pilot.pause(0.3)
+            assert not source.closed, "the feed waits in its source"
+            await pilot.press("q")
+        deadline = time.monotonic() + 10
+        while not source.closed and time.monotonic() < deadline:
+            await asyncio.sleep(0.02)
+    assert source.closed, "the feed's thread ended and closed its source"

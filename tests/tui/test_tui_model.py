@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import threading
 from dataclasses import replace
 from pathlib import Path
+from unittest.mock import patch
 
 import pytest
 
@@ -143,6 +145,39 @@ def test_a_costly_drawing_spaces_the_next_snapshots() -> None:
     assert feed.interval_s == pytest.approx(0.3 / feed_module.DRAW_SHARE)
     drawn[0] = 4.0  # one huge draw (a 1,000-row table's first) must not freeze the display
     assert feed.interval_s == feed_module.MAX_INTERVAL_S
+
+
+def test_the_feed_waits_for_records_until_a_snapshot_is_due() -> None:
+    """Between snapshots the feed sleeps in the source's poll, woken by records, instead of
+    waking every few ms: at most PUMP_MAX_S at once, so the source's upkeep still runs."""
+    now = FakeClock()
+    feed = Feed(CannedSource(), lambda snap: None, clock=now)
+    assert feed.wait_s(now.now) == 0.0, "the first snapshot is due at once"
+    feed.tick()
+    assert feed.wait_s(now.now) == feed_module.PUMP_MAX_S
+    now.now += feed_module.IDLE_S - 0.1
+    assert feed.wait_s(now.now) == pytest.approx(0.1), "no more than until the next is due"
+    now.now += 0.2
+    assert feed.wait_s(now.now) == 0.0
+
+
+def test_a_woken_feed_sees_its_cancellation_at_once() -> None:
+    source = CannedSource()
+    feed = Feed(source, lambda snap: None)
+    leaving = threading.Event()
+    stopped = threading.Event()
+
+    def run() -> None:
+        # Unwoken, a minute per pump: no snapshot falls due, no cap cuts the wait short.
+        with patch.multiple(feed_module, PUMP_MAX_S=60.0, IDLE_S=60.0):
+            feed.run(leaving.is_set)
+        stopped.set()
+
+    threading.Thread(target=run, daemon=True).start()
+    assert not stopped.wait(0.3)
+    leaving.set()
+    feed.wake()
+    assert stopped.wait(10) and source.closed
 
 
 class FailingSource(CannedSource):

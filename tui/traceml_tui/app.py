@@ -16,6 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import ClassVar
 
+from rich.console import RenderableType
 from textual import work
 from textual.app import App
 from textual.binding import Binding, BindingType
@@ -89,6 +90,10 @@ class TraceMLApp(App[int]):
         """True when the user chose to leave the script running."""
         self.main = MainScreen(log_path)
         self._child_reported = False
+        self._feed: Feed | None = None
+        """The running feed, woken when the app leaves: Textual's exit waits for its thread."""
+        self._leaving = False
+        """Set by `exit`, before Textual cancels the feed's worker: the woken feed stops."""
 
     def on_mount(self) -> None:
         self.push_screen(self.main)
@@ -111,8 +116,12 @@ class TraceMLApp(App[int]):
         """The feed worker: the only code that reads the run (see `traceml_tui.feed`)."""
         worker = get_current_worker()
         screen = self.main
+
+        def cancelled() -> bool:
+            return worker.is_cancelled or self._leaving
+
         try:
-            source = self._connect(lambda: worker.is_cancelled)
+            source = self._connect(cancelled)
             if isinstance(source, Snapshot):
                 screen.post_message(SnapshotReady(source))
                 return
@@ -123,11 +132,25 @@ class TraceMLApp(App[int]):
                 focus=lambda: screen.focus_rank,
                 known_steps=getattr(source, "known_steps", None),
             )
-            feed.run(lambda: worker.is_cancelled)
+            self._feed = feed
+            feed.run(cancelled)
         except TraceMLError as err:
             screen.post_message(FeedFailed(err.msg))
         except Exception as err:  # noqa: BLE001 (say why the panels stay empty, never go blank)
             screen.post_message(FeedFailed(f"the feed stopped: {type(err).__name__}: {err}"))
+
+    def exit(
+        self,
+        result: int | None = None,
+        return_code: int = 0,
+        message: RenderableType | None = None,
+    ) -> None:
+        """Leave, waking the feed so that its thread sees the cancellation now."""
+        super().exit(result, return_code, message)
+        self._leaving = True
+        feed = self._feed
+        if feed is not None:
+            feed.wake()
 
     def _connect(self, cancelled: Callable[[], bool]) -> Source | Snapshot:
         if self.source is not None:

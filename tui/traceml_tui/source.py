@@ -7,6 +7,7 @@ and sockets, never writes to a run, and never imports torch.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -51,6 +52,7 @@ class SubscriberSource:
         self._sub: Subscriber | None = None
         self._next_read = 0.0
         """time.monotonic() before which the sockets are not read again."""
+        self._woken = threading.Event()
 
     @property
     def known_steps(self) -> int | None:
@@ -69,11 +71,19 @@ class SubscriberSource:
             raise RuntimeError("pump() before open(): open the source first")
         wait = min(self._next_read - time.monotonic(), timeout_s)
         if wait > 0:
-            time.sleep(wait)
+            if self._woken.wait(wait):
+                self._woken.clear()
+                return False
             timeout_s -= wait
         every = max(PUMP_EVERY_S, PUMP_PER_RANK_S * len(self.run.ranks))
         self._next_read = time.monotonic() + every
         return apply_events(store, self._sub.poll(round(timeout_s * 1000)))
+
+    def wake(self) -> None:
+        sub = self._sub
+        self._woken.set()
+        if sub is not None:
+            sub.wake()
 
     def close(self) -> None:
         if self._sub is not None:

@@ -13,6 +13,7 @@ import math
 import os
 import re
 import socket
+import threading
 import time
 from types import TracebackType
 
@@ -68,6 +69,17 @@ class Subscriber:
         except zmq.ZMQError as e:
             raise TransportError(f"cannot start ZeroMQ: {e.strerror}") from e
         self._poller = zmq.Poller()
+        self._wake_lock = threading.Lock()
+        # A pipe in the poll set, so another thread can cut a long wait short (wake): a
+        # viewer leaving must not wait out its feed's poll.
+        try:
+            self._wake_r, self._wake_w = os.pipe()
+        except OSError as e:
+            self._ctx.term()
+            raise TransportError(f"cannot open a pipe: {e.strerror}") from e
+        os.set_blocking(self._wake_r, False)
+        os.set_blocking(self._wake_w, False)
+        self._poller.register(self._wake_r, zmq.POLLIN)
         self._links: dict[int, RankLink] = {}
         self._by_socket: dict[zmq.Socket[bytes], RankLink] = {}
         self._ended: dict[int, RankFile] = {}
@@ -128,6 +140,10 @@ class Subscriber:
         self._turn += 1
         for i in range(len(ready)):
             sock = ready[(i + self._turn) % len(ready)][0]
+            if sock == self._wake_r:
+                with contextlib.suppress(OSError):
+                    os.read(self._wake_r, 4096)
+                continue
             events += self._drain(sock, time.time(), deadline)
         return events + self._state_changes(time.time()) if due else events
 
@@ -158,6 +174,18 @@ class Subscriber:
         self._links.clear()
         self._by_socket.clear()
         self._ctx.term()
+        with self._wake_lock:  # no wake() writes to a closed (or reused) descriptor
+            for fd in (self._wake_r, self._wake_w):
+                os.close(fd)
+            self._wake_w = -1
+
+    def wake(self) -> None:
+        """Return the poll() under way (or the next) at once. Any thread may call it, also
+        after close()."""
+        with self._wake_lock:
+            if self._wake_w >= 0:
+                with contextlib.suppress(OSError):  # full: a wake is pending already
+                    os.write(self._wake_w, b"w")
 
     # -- internals -------------------------------------------------------------------------
 
