@@ -48,9 +48,11 @@ def cpu_s(pid: int) -> float:
 def main() -> None:
     ap = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
     ap.add_argument("--period", type=float, default=4.0, help="seconds per window")
-    ap.add_argument("--cycles", type=int, default=8, help="ABBA pairs of windows")
+    ap.add_argument("--cycles", type=int, default=8, help="ABBA pairs of windows (2 at least)")
     ap.add_argument("--width", type=int, default=16, help="MLP width (16: ~0.4 ms a step here)")
     a = ap.parse_args()
+    if a.cycles < 2:  # the noise is the spread between windows without the view: two at least
+        ap.error("--cycles must be 2 or more")
     print(f"TraceML {byte_compile()}")
     tmp = Path(tempfile.mkdtemp(prefix="traceml-viewcost-"))
     windows_s = 2 * a.period * a.cycles
