@@ -28,7 +28,8 @@ that round's bare processes, a better measure of the noise than one bare pair's 
 Processes are started and their steps read as overhead.py does (the same command, environment
 and warm-up cut). The last two columns split off the long steps (over 2.5x their process's
 median): how many there are and what they add to the mean; the rest of an arm's added mean is a
-shift of every step.
+shift of every step. The last, each process's longest step (the median over the arm's processes,
+so one disturbed process does not set it): the tx thread's longest hold shows there.
 """
 
 from __future__ import annotations
@@ -74,6 +75,7 @@ def main() -> None:
     steps: dict[str, list[float]] = {arm.name: [] for arm in arms}
     rounds: dict[str, list[float]] = {arm.name: [] for arm in arms}  # each process's mean
     longs: dict[str, list[tuple[float, float]]] = {arm.name: [] for arm in arms}
+    longest: dict[str, list[float]] = {arm.name: [] for arm in arms}
     with tempfile.TemporaryDirectory() as tmp:
         for r in range(args.pairs):
             for arm in arms if r % 2 == 0 else arms[::-1]:
@@ -85,6 +87,7 @@ def main() -> None:
                 steps[arm.name] += got
                 rounds[arm.name].append(statistics.fmean(got))
                 longs[arm.name].append(long_steps(got))
+                longest[arm.name].append(max(got))
     means = {arm: statistics.fmean(v) for arm, v in steps.items()}
     p99s = {arm: pct(v, 0.99) for arm, v in steps.items()}
     bare, bare_p99 = (means["bare A"] + means["bare B"]) / 2, (p99s["bare A"] + p99s["bare B"]) / 2
@@ -96,12 +99,13 @@ def main() -> None:
     )
     print(
         f"  {'':<22} {'mean step':>10} {'± se':>6} {'p99 step':>10}"
-        f" {'long /10k':>10} {'their µs/step':>14}"
+        f" {'long /10k':>10} {'their µs/step':>14} {'longest ms':>11}"
     )
 
     def long_cells(name: str) -> str:
         per_10k, excess = (statistics.fmean(v) for v in zip(*longs[name], strict=True))
-        return f" {per_10k:>10.1f} {excess:>14.2f}"
+        worst = statistics.median(longest[name]) / 1000
+        return f" {per_10k:>10.1f} {excess:>14.2f} {worst:>11.2f}"
 
     print(f"  {'bare':<22} {bare:>10.1f} {'':>6} {bare_p99:>10.0f}{long_cells('bare A')}")
     ab = se.get("bare A - bare B", math.nan)
@@ -121,7 +125,8 @@ def main() -> None:
     print(
         f"  long: steps over {LONG_X:g}x their process's median step, per 10,000 steps, and what"
         " they add to the\n  mean step over that median (bare: bare A's). TraceML's tx thread"
-        " holding the GIL shows here."
+        " holding the GIL shows here.\n  longest: each process's longest step after its warm-up,"
+        " the median over the arm's processes."
     )
 
 
