@@ -4,6 +4,7 @@ no step waits for both on the GIL."""
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections import deque
 from typing import Any
@@ -78,3 +79,33 @@ def test_beats_stay_on_their_grid_and_skip_what_was_missed() -> None:
     for now in (0.13, 0.2, 1.3, 1.3001, 7.0):  # late wake-ups do not shift the grid
         due = next_beat(due, 1.0, now)
         assert (due - 0.125) % 1.0 == pytest.approx(0.0, abs=1e-9) and due > now
+
+
+def test_a_fold_holds_the_gil_once_a_slice_and_sleeps_between_them() -> None:
+    """A drain of several slices is one busy span a slice, with a YIELD_S sleep between them
+    (the training thread takes the GIL there); the last drain, at exit, sleeps nowhere."""
+    raw: deque[Any] = deque(maxlen=100_000)
+    timer = StepTimer(raw)
+    for _ in range(3 * worker.SLICE_RECORDS + 1):
+        timer.enter()
+        timer.exit()
+    parts = WorkerParts(
+        info=RankInfo(run_id="slices-1", rank=0), raw=raw, store=RunStore(), page_mb=0.004,
+        wall_offset_ns=0, sinks=[NullSink()],
+    )  # fmt: skip
+    tx = TxWorker(parts)
+    tx._busy_from = time.perf_counter_ns()
+    tx._drain(final=False)
+    tx._busy_end()
+    spans = list(tx.busy._spans)
+    assert len(spans) == 4, "one GIL hold a slice"
+    gaps = [nxt[0] - prev[1] for prev, nxt in itertools.pairwise(spans)]
+    assert min(gaps) >= worker.YIELD_S * 1e9, f"gaps of {gaps} ns between the slices"
+    assert tx.last_step == 3 * worker.SLICE_RECORDS
+    for _ in range(2 * worker.SLICE_RECORDS):
+        timer.enter()
+        timer.exit()
+    tx._busy_from = time.perf_counter_ns()
+    tx._drain(final=True)  # the last drain, at exit: nothing is left to wait for, no sleep
+    tx._busy_end()
+    assert len(tx.busy._spans) == 5
