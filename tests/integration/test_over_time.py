@@ -33,7 +33,7 @@ class Net(torch.nn.Module):
         super().__init__()
         self.lin = torch.nn.Linear(8, 1)
     def forward(self, x):
-        time.sleep(0.004)  # the model's work: forward dominates every typical step
+        time.sleep({work_s})  # the model's work: forward dominates every typical step
         return self.lin(x)
 
 traceml.init()
@@ -57,9 +57,12 @@ def traced_run(script: Path, summary: Path) -> subprocess.CompletedProcess[str]:
     )
 
 
-def run_script(tmp_path: Path, steps: int, extra: str) -> tuple[dict[str, Any], str]:
+def run_script(
+    tmp_path: Path, steps: int, extra: str, work_s: float = 0.004
+) -> tuple[dict[str, Any], str]:
+    """Run LOOP for `steps` steps of `work_s` s of forward, with `extra` at the top of each."""
     script = tmp_path / "loop.py"
-    script.write_text(LOOP.format(steps=steps, extra=extra))
+    script.write_text(LOOP.format(steps=steps, extra=extra, work_s=work_s))
     out = tmp_path / "s.json"
     proc = traced_run(script, out)
     assert proc.returncode == 0, proc.stderr[-2000:]
@@ -77,7 +80,11 @@ def spikes_of(summary: dict[str, Any]) -> dict[str, Any]:
 @pytest.mark.slow
 def test_a_checkpoint_every_20_steps_is_a_periodic_spike(tmp_path: Path) -> None:
     extra = "    if i % 20 == 19:\n        time.sleep(0.12)  # the checkpoint, outside the step"
-    summary, stderr = run_script(tmp_path, 160, extra)
+    # Steps of 20 ms, not 4: on a loaded host (a CI run of the whole suite) a 4 ms step's
+    # wake-up from its sleep can come late by 3x the step or more, for enough steps that the
+    # 8 checkpoints and those together are no longer rare; the verdict then rightly falls on
+    # every step (HOST_BOUND, no STEP_SPIKES), which is not what this test is about.
+    summary, stderr = run_script(tmp_path, 160, extra, work_s=0.02)
     spike = spikes_of(summary)
     assert spike["evidence"]["period_steps"] == 20
     assert spike["evidence"]["phase"] == "between"
