@@ -13,12 +13,14 @@ import fcntl
 import os
 import pty
 import resource
+import signal
 import struct
 import subprocess
 import sys
 import termios
 import threading
 import time
+from array import array
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -205,6 +207,19 @@ class TracedRank:
     """Its environment: a viewer started with it finds the run (same runtime dir and run id)."""
     out: Path
     """Where it writes its step times once SIGUSR1 ends its loop (see _workload.py)."""
+
+    def stop(self, timeout: float = 60) -> array[float]:
+        """End its loop (SIGUSR1) and return its step times in µs; SystemExit when it failed
+        or wrote none."""
+        self.proc.send_signal(signal.SIGUSR1)
+        _, err = self.proc.communicate(timeout=timeout)
+        if self.proc.returncode != 0 or not self.out.exists():
+            raise SystemExit(
+                f"the training process failed ({self.proc.returncode}): {err.decode()}"
+            )
+        durations = array("d")
+        durations.frombytes(self.out.read_bytes())
+        return durations
 
 
 def start_traced_rank(

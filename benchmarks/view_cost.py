@@ -34,7 +34,6 @@ import psutil
 from _common import byte_compile, pct
 from _procs import start_in_pty, start_traced_rank
 
-HERE = Path(__file__).resolve().parent
 RUN_ID = "viewcost-0001"
 SETTLE_S = 0.2
 """Time after each stop or continue whose steps count in neither kind of window."""
@@ -72,8 +71,7 @@ def main() -> None:
                 windows.append((running, t0 + SETTLE_S, time.perf_counter(), cpu_s(view.pid) - c0))
         if train.poll() is not None:
             raise SystemExit("the training process ended before the last window: raise its steps")
-        train.send_signal(signal.SIGUSR1)  # the loop ends and writes its steps
-        train.wait(60)
+        durations = rank.stop()
     finally:
         view.send_signal(signal.SIGCONT)
         view.terminate()
@@ -81,16 +79,17 @@ def main() -> None:
             train.kill()
         view.wait()
         os.close(master)
-    report(out, windows, a)
+    report(out, durations, windows, a)
 
 
 def report(
-    out: Path, windows: list[tuple[bool, float, float, float]], a: argparse.Namespace
+    out: Path,
+    durations: array[float],
+    windows: list[tuple[bool, float, float, float]],
+    a: argparse.Namespace,
 ) -> None:
     if not Path(f"{out}.t0").exists():
         raise SystemExit("the training process did not write its steps")
-    durations = array("d")
-    durations.frombytes(out.read_bytes())
     ends, t = [], float(Path(f"{out}.t0").read_text())
     for d in durations:
         t += d / 1e6

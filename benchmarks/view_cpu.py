@@ -15,20 +15,17 @@ from __future__ import annotations
 
 import argparse
 import os
-import signal
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
-from array import array
 from pathlib import Path
 
 import psutil
 from _common import byte_compile
 from _procs import start_in_pty, start_traced_rank
 
-HERE = Path(__file__).resolve().parent
 RUN_ID = "viewcpu-0001"
 WARM_S = 5.0
 """The view's start, its attach snapshot and first draws: not counted."""
@@ -83,21 +80,15 @@ def main() -> None:
     base = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # --tree sets its own
     tmp = Path(tempfile.mkdtemp(prefix="traceml-viewcpu-"))
     rank = start_traced_rank(tmp, RUN_ID, steps, a.width, base)
-    train, env, out = rank.proc, rank.env, rank.out
     got: dict[str, list[tuple[float, float]]] = {name: [] for name, _ in arms}
     try:
         for r in range(a.rounds):
             for name, tree in arms if r % 2 == 0 else arms[::-1]:
-                got[name].append(one_view(env, tree, a.period))
-        train.send_signal(signal.SIGUSR1)  # the loop ends and writes its steps
-        _, err = train.communicate(timeout=60)
-        if train.returncode != 0 or not out.exists():
-            raise SystemExit(f"the training process failed ({train.returncode}): {err.decode()}")
+                got[name].append(one_view(rank.env, tree, a.period))
+        durations = rank.stop()
     finally:
-        if train.poll() is None:
-            train.kill()
-    durations = array("d")
-    durations.frombytes(out.read_bytes())
+        if rank.proc.poll() is None:
+            rank.proc.kill()
     step_us = statistics.fmean(durations)
     print(
         f"\none traced rank ({step_us:.0f} µs a step), each view measured over {a.period:g} s"
