@@ -20,6 +20,7 @@ import pytest
 
 from tests.unit._clock import FakeClock
 from tests.unit._timers import make_c, make_python, run_steps
+from traceml.config import Settings
 from traceml.instrument.resolve import host_records, host_records_for
 from traceml.instrument.timer import (
     BACKWARD,
@@ -34,6 +35,7 @@ from traceml.instrument.timer import (
     native_for,
     new_timer,
 )
+from traceml.instrument.worker import QUIET_FOLD_TICKS
 from traceml.records import StepRecord
 
 
@@ -474,6 +476,29 @@ def test_raw_steps_leave_the_collectors_count_alone() -> None:
             gc.enable()
         grown.append(max(during[1:]))  # the first tick fills the pool
     assert grown == [0, 0]
+
+
+def test_the_pool_reuses_the_largest_batch_a_quiet_fold_hands_back() -> None:
+    """While nobody listens the tx thread folds once a second, or once a quarter of the buffer
+    is queued: every RawStep of such a fold comes back to the pool and the next steps take
+    them, so the training thread allocates none (a smaller pool ran dry every second on a loop
+    faster than 0.5 ms a step)."""
+    largest = Settings().buffer_steps // QUIET_FOLD_TICKS
+    out: deque[RawStep] = deque()
+    timer = make_c(out)
+    for _ in range(largest):
+        timer.enter()
+        timer.exit()
+    batch = [out.popleft() for _ in range(largest)]
+    timer.recycle(batch)  # type: ignore[attr-defined]
+    del batch
+    before = sys.getallocatedblocks()
+    for _ in range(largest):
+        timer.enter()
+        timer.exit()
+    assert len(out) == largest
+    # A fresh RawStep is one block of the object allocator; a pooled one none.
+    assert sys.getallocatedblocks() - before < largest // 10
 
 
 def test_refilling_leaks_no_reference() -> None:

@@ -25,7 +25,12 @@
 #define OTHER 6
 #define RSS_INTERVAL_NS 10000000LL
 #define RAW_FIELDS 9
-#define POOL_CAP 2048 /* RawSteps kept for reuse: a tick's worth at 0.12 ms a step, ~400 KB */
+/* RawSteps kept for reuse (~600 KB): as many as one fold hands back. While nobody listens the tx
+ * thread folds once a second, or sooner once a quarter of the 16,384-step buffer is queued, so a
+ * fold takes at most 4,096 steps (a second at 0.25 ms a step). With 2,048 the pool ran dry each
+ * second on a loop faster than 0.5 ms a step: the training thread allocated the rest of the
+ * second's RawSteps anew, and the tx thread freed as many, cold, a second later. */
+#define POOL_CAP 4096
 
 /* ---- RawStep: what the training thread hands to the tx thread for one step -------------- */
 
