@@ -28,6 +28,8 @@ about 50 times slower):
   (still inside the slope: it is per step); its once-a-tick and once-a-second work (publisher
   service, system samples, heartbeat finding: about 0.8 µs a step natively, inloop.py --tx)
   is left out, and the threads never contend for the GIL, which valgrind runs in turns;
+- first runs and folds POOL_FILL traced steps, so that every counted step takes its RawStep
+  from the C timer's pool, as natively where each fold refills it (hence --long <= 2,048);
 - collects garbage after the warm-up, and prints the collections the counted steps caused;
 - runs with PYTHONHASHSEED=0, so that dict lookups probe the same slots in every run;
 - keeps 256 step records (4,096 by default) so both runs' summaries at exit cost the same;
@@ -62,6 +64,9 @@ from pathlib import Path
 ARMS = ("bare", "init", "trace_step")
 WARMUP = 200
 HISTORY = 256
+POOL_FILL = 2048
+"""Traced steps run and folded before the counted ones, so the C timer's pool holds a RawStep
+for each counted step (as natively, where every fold refills it): --long may not exceed it."""
 """Step records the child keeps (4,096 by default): fewer than --short's, see child()."""
 
 
@@ -97,6 +102,17 @@ def child(arm: str, steps: int, width: int) -> None:
         traceml.init(mode="auto", summary=Path(out) / "final_summary.json")
     traced = arm == "trace_step"
     loop.block(WARMUP, traced=traced)
+    if traced:
+        # Natively each fold hands its RawSteps back to the timer, which reuses them; this
+        # child's tx thread sleeps through the loop, so without these the training thread would
+        # allocate a RawStep every step and its allocator's slow paths would be counted as
+        # TraceML's (thousands of instructions a step, moving with the heap's layout).
+        loop.block(POOL_FILL, traced=True)
+        from traceml import api as _api
+
+        assert _api._session is not None and _api._session.worker is not None
+        if not _api._session.worker.flush(600.0):
+            raise SystemExit("the tx thread did not fold the pool-filling steps")
     # Every run starts the counted steps with empty young generations: a full collection
     # (tens of millions of instructions in a torch process) in one run and not the other would
     # otherwise swing the slope by more than TraceML's own work.
@@ -206,8 +222,11 @@ def main() -> None:
             "valgrind is not installed: apt install valgrind, then run this again", file=sys.stderr
         )
         raise SystemExit(2)
-    if a.long <= a.short or a.short <= HISTORY:
-        ap.error(f"--short must be over {HISTORY} steps, and --long more than --short")
+    if a.long <= a.short or a.short <= HISTORY or a.long > POOL_FILL:
+        ap.error(
+            f"--short must be over {HISTORY} steps, --long more than --short and at most"
+            f" {POOL_FILL}"
+        )
     if a.cache:
         cache_misses(a.short, a.long, a.width)
         return
