@@ -164,6 +164,13 @@ def test_a_real_job_scraped_then_conflict_and_kill_cost_it_nothing(
     before = job_steps(tmp_path)
     wait_until(lambda: job_steps(tmp_path) > before + 20, 30, "the job to run on after the kill")
     assert job.poll() is None
+    # The script's live logger logs a point every 0.5 s once it has found its run, and a last one
+    # at exit if the run moved on. On a fast host everything above takes under a second: the job
+    # runs on until a point is logged and a tick's records past it have gone out.
+    tb = tmp_path / "tb"
+    wait_until(lambda: tb.exists() and bool(scalars_steps(tb)), 30, "the script's first live point")
+    past = scalars_steps(tb)[0] + TICK_S / 0.005 + 20
+    wait_until(lambda: job_steps(tmp_path) > past, 30, "the job to run a tick past that point")
     (tmp_path / "stop").touch()
     out, err = job.communicate(timeout=60)
     assert job.returncode == 0, err
