@@ -64,10 +64,10 @@ from pathlib import Path
 ARMS = ("bare", "init", "trace_step")
 WARMUP = 200
 HISTORY = 256
+"""Step records the child keeps (4,096 by default): fewer than --short's, see child()."""
 POOL_FILL = 2048
 """Traced steps run and folded before the counted ones, so the C timer's pool holds a RawStep
 for each counted step (as natively, where every fold refills it): --long may not exceed it."""
-"""Step records the child keeps (4,096 by default): fewer than --short's, see child()."""
 
 
 def child(arm: str, steps: int, width: int) -> None:
