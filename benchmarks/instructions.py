@@ -80,6 +80,8 @@ def child(arm: str, steps: int, width: int) -> None:
     torch.set_num_threads(1)
     loop = Loop(width, 32)
     out = tempfile.mkdtemp(prefix="traceml-insn-child-")
+    # The run's files go with the summary, removed at the end, not into the user's runtime dir.
+    os.environ["TRACEML_RUNTIME_DIR"] = out
     if arm != "bare":
         from dataclasses import replace
 
