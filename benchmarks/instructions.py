@@ -41,7 +41,10 @@ runs (2026-12-06): a smaller difference between two trees is not resolved.
 `--cache` runs bare and trace_step under cachegrind instead, which simulates the host's caches,
 and prints the cache misses a step adds (all threads together: cachegrind does not split
 them): instructions are not the whole cost of code that runs between torch's kernels, whose
-data and code have evicted TraceML's from the first-level caches since the last step.
+data and code have evicted TraceML's from the first-level caches since the last step. With
+`--top K` it also lists the K functions whose misses a step grew most, and the events a step of
+TraceML's own C and of the clock it reads, function by function (a miss in torch's or the
+allocator's code that grew is most often the two processes' different layouts, not work done).
 Needs valgrind (`apt install valgrind`); takes 5-10 minutes on 2 cores.
 """
 
@@ -212,7 +215,9 @@ def main() -> None:
     ap.add_argument("--long", type=int, default=1400, help="steps of the long run")
     ap.add_argument("--width", type=int, default=16, help="MLP width (16: ~0.4 ms a step here)")
     ap.add_argument("--arms", nargs="+", choices=ARMS[1:], default=ARMS[1:], help="beside bare")
-    ap.add_argument("--top", type=int, default=0, help="list the K functions that grew most")
+    ap.add_argument(
+        "--top", type=int, default=0, help="list the K functions that grew most (--cache: misses)"
+    )
     ap.add_argument("--cache", action="store_true", help="cache misses (cachegrind) instead")
     ap.add_argument("--child", nargs=2, metavar=("ARM", "STEPS"), help=argparse.SUPPRESS)
     a = ap.parse_args()
@@ -230,7 +235,7 @@ def main() -> None:
             f" {POOL_FILL}"
         )
     if a.cache:
-        cache_misses(a.short, a.long, a.width)
+        cache_misses(a.short, a.long, a.width, a.top)
         return
     arms = ("bare", *(arm for arm in ARMS[1:] if arm in a.arms))
     runs = [(arm, n) for arm in arms for n in (a.short, a.long)]
@@ -315,21 +320,23 @@ def added(costs: Iterable[dict[str, int]]) -> dict[str, int]:
 CACHE_EVENTS = ("Ir", "I1mr", "ILmr", "Dr", "D1mr", "DLmr", "Dw", "D1mw", "DLmw")
 
 
-def cache_misses(short: int, long: int, width: int) -> None:
-    """bare and trace_step under cachegrind at both lengths: events per step, and added."""
+def cache_misses(short: int, long: int, width: int, k: int = 0) -> None:
+    """bare and trace_step under cachegrind at both lengths: events per step, and added; with
+    `k`, the k functions whose misses grew most and TraceML's own C's events per step."""
     runs = [(arm, n) for arm in ("bare", "trace_step") for n in (short, long)]
     with tempfile.TemporaryDirectory(prefix="traceml-cache-") as tmp:
 
-        def one(run: tuple[str, int]) -> list[int]:
+        def one(run: tuple[str, int]) -> tuple[list[int], dict[tuple[str, str], list[int]]]:
             arm, n = run
             out = Path(tmp) / f"{arm}.{n}"
             tool = ["--tool=cachegrind", "--cache-sim=yes", f"--cachegrind-out-file={out}"]
             under_valgrind(tool, arm, n, width)
-            return totals(out)
+            return totals(out), function_events(out) if k else {}
 
         workers = max(1, min(len(runs), os.cpu_count() or 1))
         with ThreadPoolExecutor(max_workers=workers) as pool:
-            got = dict(zip(runs, pool.map(one, runs), strict=True))
+            done = dict(zip(runs, pool.map(one, runs), strict=True))
+    got = {run: events for run, (events, _) in done.items()}
     span = long - short
     per = {
         arm: [(b - a) / span for a, b in zip(got[(arm, short)], got[(arm, long)], strict=True)]
@@ -342,6 +349,80 @@ def cache_misses(short: int, long: int, width: int) -> None:
     added = [t - b for b, t in zip(per["bare"], per["trace_step"], strict=True)]
     print(f"  {'added':11}" + "".join(f"{v:+11,.0f}" for v in added))
     print("  (I1/D1: first-level misses, IL/DL: last-level misses, which go to memory)")
+    if k:
+        by_function = {run: functions for run, (_, functions) in done.items()}
+        cache_top(by_function, short, long, k)
+
+
+OWN_CODE = ("_native.c", "clock_gettime.c", "pytime.c")
+"""Source files of the code a boundary runs for TraceML alone: the C timer and its wrappers, and
+the clock they read (libc's, and CPython's wrapper where it is used)."""
+
+
+def cache_top(
+    by_function: dict[tuple[str, int], dict[tuple[str, str], list[int]]],
+    short: int,
+    long: int,
+    k: int,
+) -> None:
+    """The k functions whose first-level misses per step grew most from bare to trace_step, and
+    the events per step of TraceML's own C (OWN_CODE) by function."""
+
+    def per_step(arm: str) -> dict[tuple[str, str], list[float]]:
+        a, b = by_function[(arm, short)], by_function[(arm, long)]
+        zero = [0] * len(CACHE_EVENTS)
+        return {
+            f: [
+                (y - x) / (long - short)
+                for x, y in zip(a.get(f, zero), b.get(f, zero), strict=True)
+            ]
+            for f in set(a) | set(b)
+        }
+
+    bare, traced = per_step("bare"), per_step("trace_step")
+    zero = [0.0] * len(CACHE_EVENTS)
+    for event in ("I1mr", "D1mr"):
+        i = CACHE_EVENTS.index(event)
+        grown = {f: traced.get(f, zero)[i] - bare.get(f, zero)[i] for f in set(bare) | set(traced)}
+        print(
+            f"\n{event}, trace_step against bare: the {k} functions whose misses a step grew most"
+        )
+        for f in sorted(grown, key=grown.__getitem__, reverse=True)[:k]:
+            print(f"  {grown[f]:+8.1f}  {f[1][:70]}  ({f[0]})")
+    own = sorted(f for f in traced if f[0] in OWN_CODE and traced[f][0] >= 1)
+    print("\nTraceML's own C and the clock it reads, per step (trace_step):")
+    print(f"  {'':40}" + "".join(f"{e:>8}" for e in ("Ir", "I1mr", "D1mr")))
+    for f in own:
+        row = traced[f]
+        print(
+            f"  {f[1][:40]:40}"
+            + "".join(f"{row[CACHE_EVENTS.index(e)]:8.1f}" for e in ("Ir", "I1mr", "D1mr"))
+        )
+    sums = [sum(traced[f][CACHE_EVENTS.index(e)] for f in own) for e in ("Ir", "I1mr", "D1mr")]
+    print(f"  {'in all':40}" + "".join(f"{v:8.1f}" for v in sums))
+
+
+def function_events(path: Path) -> dict[tuple[str, str], list[int]]:
+    """A cachegrind file's events by (source file, function), in CACHE_EVENTS' order."""
+    text = path.read_text(errors="replace")
+    names = re.search(r"^events: (.+)$", text, re.M)
+    if names is None:
+        raise SystemExit(f"no events line in {path}")
+    order = [names.group(1).split().index(e) for e in CACHE_EVENTS]
+    out: dict[tuple[str, str], list[int]] = {}
+    where = ("?", "?")
+    for line in text.splitlines():
+        if line.startswith("fl="):
+            where = (line[3:].rsplit("/", 1)[-1], where[1])
+        elif line.startswith("fn="):
+            where = (where[0], line[3:])
+        elif line[:1].isdigit():
+            values = line.split()[1:]
+            row = out.setdefault(where, [0] * len(CACHE_EVENTS))
+            for j, at in enumerate(order):
+                if at < len(values):
+                    row[j] += int(values[at])
+    return out
 
 
 def totals(path: Path) -> list[int]:
