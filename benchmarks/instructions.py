@@ -331,7 +331,8 @@ def cache_misses(short: int, long: int, width: int, k: int = 0) -> None:
             out = Path(tmp) / f"{arm}.{n}"
             tool = ["--tool=cachegrind", "--cache-sim=yes", f"--cachegrind-out-file={out}"]
             under_valgrind(tool, arm, n, width)
-            return totals(out), function_events(out) if k else {}
+            text = out.read_text(errors="replace")
+            return totals(text, out), function_events(text, out) if k else {}
 
         workers = max(1, min(len(runs), os.cpu_count() or 1))
         with ThreadPoolExecutor(max_workers=workers) as pool:
@@ -402,13 +403,11 @@ def cache_top(
     print(f"  {'in all':40}" + "".join(f"{v:8.1f}" for v in sums))
 
 
-def function_events(path: Path) -> dict[tuple[str, str], list[int]]:
-    """A cachegrind file's events by (source file, function), in CACHE_EVENTS' order."""
-    text = path.read_text(errors="replace")
-    names = re.search(r"^events: (.+)$", text, re.M)
-    if names is None:
-        raise SystemExit(f"no events line in {path}")
-    order = [names.group(1).split().index(e) for e in CACHE_EVENTS]
+def function_events(text: str, path: Path) -> dict[tuple[str, str], list[int]]:
+    """A cachegrind file's (`text`, read from `path`) events by (source file, function), in
+    CACHE_EVENTS' order; an event the file does not count is 0."""
+    names = event_names(text, path)
+    order = [names.index(e) if e in names else len(names) for e in CACHE_EVENTS]
     out: dict[tuple[str, str], list[int]] = {}
     where = ("?", "?")
     for line in text.splitlines():
@@ -425,14 +424,21 @@ def function_events(path: Path) -> dict[tuple[str, str], list[int]]:
     return out
 
 
-def totals(path: Path) -> list[int]:
-    """The events line of a cachegrind file, in CACHE_EVENTS' order."""
-    text = path.read_text(errors="replace")
+def event_names(text: str, path: Path) -> list[str]:
+    """The events a cachegrind file (`text`, read from `path`) counts, in its columns' order."""
     names = re.search(r"^events: (.+)$", text, re.M)
+    if names is None:
+        raise SystemExit(f"no events line in {path}")
+    return names.group(1).split()
+
+
+def totals(text: str, path: Path) -> list[int]:
+    """The summary line of a cachegrind file (`text`, read from `path`), in CACHE_EVENTS' order."""
+    names = event_names(text, path)
     values = re.search(r"^summary: (.+)$", text, re.M)
-    if names is None or values is None:
+    if values is None:
         raise SystemExit(f"no totals in {path}")
-    found = dict(zip(names.group(1).split(), map(int, values.group(1).split()), strict=True))
+    found = dict(zip(names, map(int, values.group(1).split()), strict=True))
     return [found.get(e, 0) for e in CACHE_EVENTS]
 
 
