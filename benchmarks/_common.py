@@ -36,11 +36,11 @@ def stderr(diffs: list[float]) -> float:
 
 
 def round_stderrs(rounds: dict[str, list[float]]) -> dict[str, float]:
-    """From each arm's mean step round by round ("bare A" and "bare B" among them): for every
-    other arm, the standard error of its difference from its round's bare pair; for
-    "bare A - bare B", that of their difference. One bare pair's difference is one draw of the
-    noise; this is its spread over every round. Empty with fewer than two rounds; an arm with a
-    round missing is left out."""
+    """From one figure of each arm round by round (its mean step, p99 or CPU slope; "bare A"
+    and "bare B" among them): for every other arm, the standard error of its difference from
+    its round's bare pair; for "bare A - bare B", that of their difference. One bare pair's
+    difference is one draw of the noise; this is its spread over every round. Empty with fewer
+    than two rounds; an arm with a round missing is left out."""
     bare_a, bare_b = rounds["bare A"], rounds["bare B"]
     if len(bare_a) < 2 or len(bare_a) != len(bare_b):
         return {}

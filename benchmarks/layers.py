@@ -74,6 +74,7 @@ def main() -> None:
     print(f"TraceML {byte_compile()}")
     steps: dict[str, list[float]] = {arm.name: [] for arm in arms}
     rounds: dict[str, list[float]] = {arm.name: [] for arm in arms}  # each process's mean
+    round_p99: dict[str, list[float]] = {arm.name: [] for arm in arms}  # and its p99
     longs: dict[str, list[tuple[float, float]]] = {arm.name: [] for arm in arms}
     longest: dict[str, list[float]] = {arm.name: [] for arm in arms}
     with tempfile.TemporaryDirectory() as tmp:
@@ -86,6 +87,7 @@ def main() -> None:
                 got = read_steps(out)
                 steps[arm.name] += got
                 rounds[arm.name].append(statistics.fmean(got))
+                round_p99[arm.name].append(pct(got, 0.99))
                 longs[arm.name].append(long_steps(got))
                 longest[arm.name].append(max(got))
     means = {arm: statistics.fmean(v) for arm, v in steps.items()}
@@ -93,12 +95,13 @@ def main() -> None:
     bare, bare_p99 = (means["bare A"] + means["bare B"]) / 2, (p99s["bare A"] + p99s["bare B"]) / 2
     noise = abs(means["bare A"] - means["bare B"])
     se = round_stderrs(rounds)
+    p99_se = {arm: 100 * v / bare_p99 for arm, v in round_stderrs(round_p99).items()}
     print(
         f"MLP width {args.width}: {args.pairs} rounds x {args.steps:,} steps a process per arm;"
         f" µs per step (bare absolute, others added; noise = |bare A - bare B| = {noise:.1f})"
     )
     print(
-        f"  {'':<22} {'mean step':>10} {'± se':>6} {'p99 step':>10}"
+        f"  {'':<22} {'mean step':>10} {'± se':>6} {'p99 step':>10} {'± se':>6}"
         f" {'long /10k':>10} {'their µs/step':>14} {'longest ms':>11}"
     )
 
@@ -109,18 +112,23 @@ def main() -> None:
 
     print(f"  {'bare':<22} {bare:>10.1f} {'':>6} {bare_p99:>10.0f}{long_cells('bare A')}")
     ab = se.get("bare A - bare B", math.nan)
-    print(f"  {'bare A - bare B':<22} {means['bare A'] - means['bare B']:>+10.1f} {ab:>6.1f}")
+    ab_p99 = (p99s["bare A"] - p99s["bare B"]) / bare_p99 * 100
+    print(
+        f"  {'bare A - bare B':<22} {means['bare A'] - means['bare B']:>+10.1f} {ab:>6.1f}"
+        f" {ab_p99:>+9.0f}% {p99_se.get('bare A - bare B', math.nan):>5.0f}%"
+    )
     for arm in arms[2:]:
         p99 = (p99s[arm.name] / bare_p99 - 1) * 100
         print(
             f"  {arm.name:<22} {means[arm.name] - bare:>+10.1f}"
             f" {se.get(arm.name, math.nan):>6.1f} {p99:>+9.0f}%"
+            f" {p99_se.get(arm.name, math.nan):>5.0f}%"
             f"{long_cells(arm.name)}"
         )
     print(
         "  ± se: the standard error of the arm's difference from bare over the rounds (each"
-        " round's\n  processes ran back to back): about 2 se either side holds the true difference"
-        " if rounds are alike."
+        " round's\n  processes ran back to back), the p99's as % of bare's: about 2 se either side"
+        " holds the true\n  difference if rounds are alike."
     )
     print(
         f"  long: steps over {LONG_X:g}x their process's median step, per 10,000 steps, and what"

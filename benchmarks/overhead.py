@@ -78,6 +78,8 @@ class Samples:
     """Per-step µs of the long runs after WARMUP_STEPS, pooled, by rank."""
     round_means: dict[int, list[float]] = field(default_factory=dict)
     """The mean of each long run's steps, round by round, by rank."""
+    round_p99s: dict[int, list[float]] = field(default_factory=dict)
+    """The p99 of each long run's steps, round by round, by rank."""
 
 
 def arms(peer_bin: Path | None) -> list[Arm]:
@@ -153,6 +155,7 @@ def measure(
                         got_steps = read_steps(path)
                         sample.steps.setdefault(r, []).extend(got_steps)
                         sample.round_means.setdefault(r, []).append(statistics.fmean(got_steps))
+                        sample.round_p99s.setdefault(r, []).append(pct(got_steps, 0.99))
                 own = [Path(f"{path}.cpu").read_text().split() for path in per_rank]
                 training = {int(pid) for _, pid in own}
                 got.by_role["training"] = sum(float(cpu) for cpu, _ in own)
@@ -229,6 +232,7 @@ def print_table(
     se = round_stderrs({name: s.round_means.get(rank, []) for name, s in res.items()})
     dn = lengths[1] - lengths[0]
     cpu_se = round_stderrs({name: round_slopes(s, dn, "cpu") for name, s in res.items()})
+    p99_se = round_stderrs({name: s.round_p99s.get(rank, []) for name, s in res.items()})
     a, b = figs.pop("bare A"), figs.pop("bare B")
     fields = ("mean", "p99", "max", "wall", "cpu", "train_cpu", "other_cpu", "fixed")
     bare = {f: (getattr(a, f) + getattr(b, f)) / 2 for f in fields}
@@ -270,6 +274,14 @@ def print_table(
             "  mean step's standard error over the rounds (each arm's difference from its round's"
             " bare pair; bare A - bare B's own): "
             + ", ".join(f"{name} {v:.1f}" for name, v in se.items())
+        )
+    if p99_se:
+        # The pooled p99 above is what a user's runs pay, but one process's p99 moves by a
+        # third on its own (bare's 406-643 µs over twelve processes of one hour): without this
+        # spread a +48 % read as a cost.
+        print(
+            "  p99 step's standard error over the rounds, % of bare's p99, the same way: "
+            + ", ".join(f"{name} {100 * v / bare['p99']:.0f} %" for name, v in p99_se.items())
         )
     if cpu_se:
         # One bare pair's CPU difference understates how far two processes doing the same work
