@@ -93,7 +93,8 @@ def test_tensorboard_event_files(tmp_path: Path, loop: TxLoop) -> None:
 
 
 def test_live_in_process_finds_its_own_run(tmp_path: Path, loop: TxLoop) -> None:
-    """`live(writer)` in the training process: it finds the run this process is a rank of."""
+    """`live(writer)` in a rank with no single-rank session of its own (as a multi-rank job's
+    rank 0): it finds the run this process is a rank of and follows it over its sockets."""
     writer = importlib.import_module("tensorboard.summary").Writer(str(tmp_path / "tb"))
     loop.steps(120)
     logger = live(writer, every_s=0.2, runtime_dir=tmp_path / "rt")
@@ -104,6 +105,43 @@ def test_live_in_process_finds_its_own_run(tmp_path: Path, loop: TxLoop) -> None
         writer.close()
     assert not logger.follower.alive
     assert scalars_steps(tmp_path / "tb")[-1] == 120
+
+
+def test_live_in_a_single_rank_process_reads_its_own_store(
+    tmp_path: Path, session_env: Path
+) -> None:
+    """`live(writer)` in a one-rank training process reads the store its tx thread folds: the
+    rank gets no subscriber in its own process (it keeps folding once a second, packs nothing,
+    and nothing decodes its records again), and the last point counts every step."""
+    torch = pytest.importorskip("torch")
+    import traceml
+    from traceml import api
+    from traceml.export.live import OwnStore
+    from traceml.integrations import live as live_here
+
+    traceml.init(mode="auto", summary=session_env)
+    session = api.current_session()
+    assert session is not None and session.worker is not None
+    writer = importlib.import_module("tensorboard.summary").Writer(str(tmp_path / "tb"))
+    logger = live_here(writer, every_s=0.05)
+    model = torch.nn.Linear(8, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    try:
+        assert isinstance(logger.follower, OwnStore)
+        for i in range(150):
+            with traceml.trace_step(model):
+                opt.zero_grad()
+                model(torch.randn(4, 8)).sum().backward()
+                opt.step()
+            if i == 60:
+                wait_for(lambda: logger.logged >= 1, 10, "a point while the loop runs")
+        publisher = session.worker.p.sinks[0]
+        assert type(publisher).__name__ == "Publisher" and not publisher.watched
+    finally:
+        logger.close()
+        writer.close()
+    assert not logger.follower.alive
+    assert scalars_steps(tmp_path / "tb")[-1] == 150  # the last point, after a flush
 
 
 def scalars_steps(logdir: Path) -> list[int]:

@@ -14,7 +14,7 @@ import atexit
 import os
 import sys
 import threading
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
@@ -29,7 +29,6 @@ from traceml.transport.subscribe.runs import list_runs
 if TYPE_CHECKING:
     from traceml.analysis.store import RunStore
     from traceml.analysis.view import RunView
-    from traceml.export.follower import Follower
     from traceml.export.tensorboard_tracker import ScalarWriter
 
 PREFIX = "traceml"
@@ -97,11 +96,74 @@ def _pct(share: float | None) -> float | None:
     return None if share is None else 100.0 * share
 
 
+class Feed(Protocol):
+    """What a LiveLogger reads its run from: a Follower, or the process's own store (OwnStore)."""
+
+    ref: str | None
+
+    @property
+    def alive(self) -> bool: ...
+    def runs(self) -> Sequence[HasStore]: ...
+    def start(self) -> object: ...
+    def stop(self) -> None: ...
+    def close(self) -> None: ...
+
+
+class HasStore(Protocol):
+    @property
+    def store(self) -> RunStore: ...
+
+
+OWN_FLUSH_S = 1.0
+"""How long the last point waits for the tx thread to fold the steps it queued since its last
+fold (a few ms; see traceml.live_summary)."""
+
+
+class OwnStore:
+    """A single-rank run's store as the training process's own LiveLogger reads it: the store
+    its tx thread folds, read in place under the store's lock.
+
+    A Follower there subscribed the process to its own publisher. The rank then had a listener:
+    it folded four times a second instead of once and packed every record, and the follower
+    decoded and folded every record a second time, all under the training process's GIL.
+
+    Args:
+        store: The rank's RunStore.
+        flush: Asks the tx thread to fold what is queued, waiting at most the given seconds.
+    """
+
+    ref: str | None = None
+
+    def __init__(self, store: RunStore, flush: Callable[[float], bool]) -> None:
+        self.store = store
+        self._flush = flush
+        self._open = True
+
+    @property
+    def alive(self) -> bool:
+        return self._open
+
+    def runs(self) -> list[OwnStore]:
+        return [self]
+
+    def start(self) -> OwnStore:
+        return self
+
+    def stop(self) -> None:
+        """Fold the steps queued since the tx thread's last fold, for the last point."""
+        if self._open:
+            self._flush(OWN_FLUSH_S)
+
+    def close(self) -> None:
+        """Stop reading; the store stays the tx thread's (the logger stopped first)."""
+        self._open = False
+
+
 class LiveLogger:
     """Logs the follower's (first) run into `tracker` every `every_s` seconds, on its own thread.
 
     Args:
-        follower: A started or startable Follower of one run.
+        follower: A started or startable Follower of one run, or an OwnStore.
         tracker: Where the points go; closed by close().
         every_s: Seconds between two points; a point is logged only when the run moved on.
         warn: Where a tracker's failure is reported (once); logging stops on it.
@@ -111,7 +173,7 @@ class LiveLogger:
 
     def __init__(
         self,
-        follower: Follower,
+        follower: Feed,
         tracker: Tracker,
         *,
         every_s: float = 10.0,
@@ -212,7 +274,7 @@ def own_run(runtime_dir: Path | None = None) -> str | None:
     return next((r.run_id for r in runs if any(f.pid == pid for f in r.ranks)), None)
 
 
-def _tracker_for(target: str | ScalarWriter) -> Tracker:
+def tracker_for(target: str | ScalarWriter) -> Tracker:
     if not isinstance(target, str):
         from traceml.export.tensorboard_tracker import TensorBoardTracker
 
@@ -235,11 +297,8 @@ def live(
     run: str | None = None,
     runtime_dir: Path | None = None,
 ) -> LiveLogger:
-    """Log this training process's run live into the user's tracker, from a daemon thread.
-
-    Call it after traceml.init() (and wandb.init() / mlflow.start_run()); nothing runs on the
-    training thread. Only one process needs it (rank 0 sees its node's ranks, and on a
-    multi-node job every rank through the collector's relays).
+    """Log a run live into the user's tracker, from a daemon thread, following it over its
+    sockets: `traceml.integrations.live`'s way when this process is not the run's only rank.
 
     Args:
         target: "wandb" (the active wandb.run), "mlflow" (the active MLflow run), or a
@@ -257,10 +316,16 @@ def live(
     """
     from traceml.export.follower import Follower
 
-    tracker = _tracker_for(target)
+    tracker = tracker_for(target)
     follower = Follower(run, runtime_dir=runtime_dir)
     find = None if run is not None else (lambda: own_run(runtime_dir))
-    logger = LiveLogger(follower, tracker, every_s=every_s, find_run=find, owns_follower=True)
+    return start_logger(
+        LiveLogger(follower, tracker, every_s=every_s, find_run=find, owns_follower=True)
+    )
+
+
+def start_logger(logger: LiveLogger) -> LiveLogger:
+    """Start `logger`, with its last point logged at this process's exit."""
     owner = os.getpid()
     # The last point at exit, before the tracker's own atexit (registered earlier, run later)
     # finishes its run; never from a forked child, whose tracker is not ours to write.

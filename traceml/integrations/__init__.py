@@ -12,12 +12,12 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from traceml.export.live import live
     from traceml.integrations.boundary import StepBoundary
     from traceml.integrations.flatten import FlatSummary, flatten_summary
     from traceml.integrations.hf import TraceMLCallback
     from traceml.integrations.lightning import TraceMLLightningCallback
     from traceml.integrations.sink import IntegrationError, log_summary
+    from traceml.integrations.trackers import live
 
 __all__ = [
     "FlatSummary",
@@ -37,7 +37,7 @@ _HOME = {
     "StepBoundary": "boundary",
     "TraceMLCallback": "hf",
     "TraceMLLightningCallback": "lightning",
-    "live": "traceml.export.live",
+    "live": "trackers",
 }
 """Where each name lives: a module of this package, or a full module path."""
 
