@@ -1,25 +1,31 @@
 """The training script every overhead run executes: the same loop bare, traced, or under the peer.
 
 Run by benchmarks/overhead.py, layers.py and distributed.py, never by hand. Usage:
-    python _workload.py {bare|traceml|traceml-asleep|init|init-unpatched|peer} STEPS WIDTH BATCH OUT
+    python _workload.py MODE STEPS WIDTH BATCH OUT
+MODE is one of bare, traceml, traceml-asleep, traceml-tb, init, init-unpatched, peer.
 `bare` never imports traceml; `traceml` calls `traceml.init(mode="auto")` and `trace_step` (under
 `traceml run`, init was already done by the launcher's bootstrap and this call is ignored);
 `traceml-asleep` does the same with the tx thread asleep through the loop (no tick: it converts,
 folds and publishes every step at the exit, which is not timed);
+`traceml-tb` adds `traceml.integrations.live` logging into a TensorBoard writer (event files in
+OUT.tb) every second, as a user who logs TraceML's live figures does;
 `init` calls init and never trace_step; `init-unpatched` also removes init's patches;
 `peer` does the same with `traceml_ai` 0.5.0. Under torchrun (WORLD_SIZE > 1) the model is wrapped
 in DDP over gloo. Each rank writes its per-step wall times (µs, end of one step to end of the next,
 as TraceML cuts them) to OUT[.rank] as raw doubles, the loop's start (perf_counter, one clock for
-every process of the host) to OUT[.rank].t0, and its own CPU seconds (all threads, up to the end
-of the loop) and its pid to OUT[.rank].cpu.
+every process of the host) to OUT[.rank].t0, its own CPU seconds (all threads, up to the end of
+the loop) and its pid to OUT[.rank].cpu, and each thread's CPU seconds and wake-ups a second over
+the loop alone, by thread name, to OUT[.rank].threads (JSON).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import resource
 import signal
 import sys
+import threading
 import time
 from array import array
 
@@ -46,7 +52,7 @@ def main(argv: list[str]) -> None:
         dist.init_process_group("gloo")
         out = f"{out}.{dist.get_rank()}"
     tm = None
-    if mode in ("traceml", "traceml-asleep"):
+    if mode in ("traceml", "traceml-asleep", "traceml-tb"):
         import traceml as tm
 
         if mode == "traceml-asleep":
@@ -57,6 +63,12 @@ def main(argv: list[str]) -> None:
         import traceml_ai as tm  # type: ignore[import-not-found, no-redef]
     if tm is not None:
         tm.init(mode="auto")
+    if mode == "traceml-tb":
+        from torch.utils.tensorboard import SummaryWriter
+
+        from traceml.integrations import live
+
+        live(SummaryWriter(f"{out}.tb"), every_s=1.0)
     if mode in ("init", "init-unpatched"):
         import traceml
         from traceml import api
@@ -69,6 +81,7 @@ def main(argv: list[str]) -> None:
     times = array("d", bytes(8 * steps))
     it = iter(loop.loader)
     model, step = loop.model, loop.step
+    threads0 = _threads()
     t_prev = time.perf_counter()
     t0 = t_prev
     i = 0
@@ -98,13 +111,44 @@ def main(argv: list[str]) -> None:
     # This process's own CPU (every thread of it) and pid, read here: a launcher may run the
     # script in a process whose command line does not name it, so the benchmark does not guess
     # from ps which process trained.
+    threads = _threads_since(threads0, time.perf_counter() - t0)
     usage = resource.getrusage(resource.RUSAGE_SELF)
     with open(f"{out}.cpu", "w") as f:
         f.write(f"{usage.ru_utime + usage.ru_stime!r} {os.getpid()}")
+    with open(f"{out}.threads", "w") as f:
+        json.dump(threads, f)
     if world > 1:
         import torch.distributed as dist
 
         dist.barrier()
+
+
+def _threads() -> dict[int, tuple[int, int]]:
+    """(ns on a CPU, times put on one) of each thread of this process, by its native id: the
+    kernel's schedstat, exact where the ticks of /proc's stat are 10 ms."""
+    out: dict[int, tuple[int, int]] = {}
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{tid}/schedstat") as f:
+                ran, _, slices = f.read().split()
+        except (OSError, ValueError):
+            continue  # ended meanwhile, or no schedstat on this kernel
+        out[int(tid)] = (int(ran), int(slices))
+    return out
+
+
+def _threads_since(before: dict[int, tuple[int, int]], seconds: float) -> dict[str, list[float]]:
+    """CPU seconds and wake-ups a second of each thread over the loop, by thread name: this
+    thread is "training", threads started outside Python (ZeroMQ's, torch's) "native"."""
+    names = {t.native_id: t.name for t in threading.enumerate()}
+    names[threading.get_native_id()] = "training"
+    out: dict[str, list[float]] = {}
+    for tid, (ran, slices) in _threads().items():
+        ran0, slices0 = before.get(tid, (0, 0))
+        row = out.setdefault(names.get(tid, "native"), [0.0, 0.0])
+        row[0] += (ran - ran0) / 1e9
+        row[1] += (slices - slices0) / seconds
+    return out
 
 
 if __name__ == "__main__":

@@ -17,6 +17,9 @@ per arm and round, the arms interleaved:
                      the same with TraceML's tx thread asleep through the loop: it converts,
                      folds and publishes every step after the last (not timed), so the
                      difference from trace_step is what its work costs the steps
+  trace_step, live(TB)
+                     with --live: trace_step and `traceml.integrations.live` logging into a
+                     TensorBoard writer every second (and the same with --tree's checkout)
   trace_step, --tree PATH
                      with --tree: trace_step with another checkout of TraceML (built with
                      `python setup.py build_ext --inplace`) first on PYTHONPATH, such as the
@@ -35,6 +38,7 @@ so one disturbed process does not set it): the tx thread's longest hold shows th
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import statistics
 import subprocess
@@ -65,16 +69,26 @@ def main() -> None:
         help="leave out the two init arms (bare, trace_step and the tx thread asleep only)",
     )
     ap.add_argument("--tree", help="another built checkout of TraceML: one more trace_step arm")
+    ap.add_argument(
+        "--live",
+        action="store_true",
+        help="add trace_step with live logging into TensorBoard (traceml.integrations.live)",
+    )
     args = ap.parse_args()
     arms = [a for a in ARMS if not (args.skip_init and a.mode.startswith("init"))]
+    if args.live:
+        arms.append(Arm("trace_step, live(TB)", "traceml-tb"))
     if args.tree:
         tree = str(Path(args.tree).resolve())
         arms.append(Arm(f"trace_step, {Path(tree).name}", "traceml", tree=tree))
+        if args.live:
+            arms.append(Arm(f"live(TB), {Path(tree).name}", "traceml-tb", tree=tree))
         print(f"{tree}: {byte_compile(tree)}")
     print(f"TraceML {byte_compile()}")
     steps: dict[str, list[float]] = {arm.name: [] for arm in arms}
     rounds: dict[str, list[float]] = {arm.name: [] for arm in arms}  # each process's mean
     round_p99: dict[str, list[float]] = {arm.name: [] for arm in arms}  # and its p99
+    others: dict[str, list[tuple[float, float]]] = {arm.name: [] for arm in arms}
     longs: dict[str, list[tuple[float, float]]] = {arm.name: [] for arm in arms}
     longest: dict[str, list[float]] = {arm.name: [] for arm in arms}
     with tempfile.TemporaryDirectory() as tmp:
@@ -88,6 +102,7 @@ def main() -> None:
                 steps[arm.name] += got
                 rounds[arm.name].append(statistics.fmean(got))
                 round_p99[arm.name].append(pct(got, 0.99))
+                others[arm.name].append(other_threads(Path(f"{out}.threads"), args.steps))
                 longs[arm.name].append(long_steps(got))
                 longest[arm.name].append(max(got))
     means = {arm: statistics.fmean(v) for arm, v in steps.items()}
@@ -102,15 +117,23 @@ def main() -> None:
     )
     print(
         f"  {'':<22} {'mean step':>10} {'± se':>6} {'p99 step':>10} {'± se':>6}"
+        f" {'threads µs/step':>15} {'wake/s':>7}"
         f" {'long /10k':>10} {'their µs/step':>14} {'longest ms':>11}"
     )
+
+    def other_cells(name: str) -> str:
+        cpu, wakes = (statistics.fmean(v) for v in zip(*others[name], strict=True))
+        return f" {cpu:>15.2f} {wakes:>7.1f}"
 
     def long_cells(name: str) -> str:
         per_10k, excess = (statistics.fmean(v) for v in zip(*longs[name], strict=True))
         worst = statistics.median(longest[name]) / 1000
         return f" {per_10k:>10.1f} {excess:>14.2f} {worst:>11.2f}"
 
-    print(f"  {'bare':<22} {bare:>10.1f} {'':>6} {bare_p99:>10.0f}{long_cells('bare A')}")
+    print(
+        f"  {'bare':<22} {bare:>10.1f} {'':>6} {bare_p99:>10.0f} {'':>6}{other_cells('bare A')}"
+        f"{long_cells('bare A')}"
+    )
     ab = se.get("bare A - bare B", math.nan)
     ab_p99 = (p99s["bare A"] - p99s["bare B"]) / bare_p99 * 100
     print(
@@ -123,12 +146,16 @@ def main() -> None:
             f"  {arm.name:<22} {means[arm.name] - bare:>+10.1f}"
             f" {se.get(arm.name, math.nan):>6.1f} {p99:>+9.0f}%"
             f" {p99_se.get(arm.name, math.nan):>5.0f}%"
+            f"{other_cells(arm.name)}"
             f"{long_cells(arm.name)}"
         )
     print(
         "  ± se: the standard error of the arm's difference from bare over the rounds (each"
         " round's\n  processes ran back to back), the p99's as % of bare's: about 2 se either side"
-        " holds the true\n  difference if rounds are alike."
+        " holds the true\n  difference if rounds are alike. threads: the CPU of the training"
+        " process's other threads\n  over the loop, per step, and how often a second they were"
+        " put on a CPU (the tx thread's\n  wake-ups among them; each may take the GIL from the"
+        " training thread)."
     )
     print(
         f"  long: steps over {LONG_X:g}x their process's median step, per 10,000 steps, and what"
@@ -141,6 +168,15 @@ def main() -> None:
 LONG_X = 2.5
 """A step this many times its process's median is a long one: a GIL hold of TraceML's tx thread
 (1-5 ms at a 0.4 ms step), a garbage collection, the host taking the core."""
+
+
+def other_threads(path: Path, steps: int) -> tuple[float, float]:
+    """(µs of CPU a step, wake-ups a second) of every thread of a process but the training one,
+    over its loop (_workload.py writes them)."""
+    threads = json.loads(path.read_text())
+    threads.pop("training", None)
+    cpu = sum(cpu for cpu, _ in threads.values())
+    return cpu * 1e6 / steps, sum(wakes for _, wakes in threads.values())
 
 
 def long_steps(steps: list[float]) -> tuple[float, float]:
