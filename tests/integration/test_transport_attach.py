@@ -273,7 +273,7 @@ def test_the_tx_thread_ticks_faster_while_a_snapshot_is_being_sent_and_folds_whi
     try:
         pub.send_steps([make_step(i) for i in range(10_000)])
         idle = (pub.busy, tx._watched(), tx._tick_s())
-        assert idle == (False, False, worker.TICK_S)  # nobody listens: a fold every 4th tick
+        assert idle == (False, False, worker.QUIET_TICK_S)  # nobody listens: the slow tick
         monkeypatch.setattr(snapshot, "SERVICE_BUDGET_S", 0.0)  # take the request, send nothing
         seen = Seen()
         with attach(tmp_path, "busy-1") as sub:
@@ -293,7 +293,7 @@ def test_the_tx_thread_ticks_faster_while_a_snapshot_is_being_sent_and_folds_whi
             assert time.monotonic() < deadline + 10, "the viewer's unsubscription never came"
             pub.service(time.monotonic(), last_step=9_999, dropped=0, primary=None)
             time.sleep(0.01)
-        assert tx._tick_s() == worker.TICK_S
+        assert tx._tick_s() == worker.QUIET_TICK_S
     finally:
         pub.close(RankEnd(0, "ok", 10_000, time.time()), None)
 

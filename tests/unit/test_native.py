@@ -35,7 +35,7 @@ from traceml.instrument.timer import (
     native_for,
     new_timer,
 )
-from traceml.instrument.worker import QUIET_FOLD_TICKS
+from traceml.instrument.worker import FILLING_PARTS
 from traceml.records import StepRecord
 
 
@@ -483,7 +483,7 @@ def test_the_pool_reuses_the_largest_batch_a_quiet_fold_hands_back() -> None:
     is queued: every RawStep of such a fold comes back to the pool and the next steps take
     them, so the training thread allocates none (a smaller pool ran dry every second on a loop
     faster than 0.5 ms a step)."""
-    largest = Settings().buffer_steps // QUIET_FOLD_TICKS
+    largest = Settings().buffer_steps // FILLING_PARTS
     out: deque[RawStep] = deque()
     timer = make_c(out)
     for _ in range(largest):

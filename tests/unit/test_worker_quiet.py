@@ -1,5 +1,5 @@
-"""While nobody listens, the tx thread folds every QUIET_FOLD_TICKS-th tick and services the sinks
-every QUIET_SERVICE_TICKS-th; a listener, a filling queue or a flush make it fold at once."""
+"""While nobody listens, the tx thread ticks every QUIET_TICK_S, services the sinks every tick and
+folds every QUIET_FOLD_TICKS-th; a listener, a filling queue or a flush make it fold at once."""
 
 from __future__ import annotations
 
@@ -59,18 +59,19 @@ def run_ticks(sink: Listened, queue: int = 10_000, per_tick: int = 5) -> TxWorke
 @pytest.fixture(autouse=True)
 def fast_ticks(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(worker, "TICK_S", 0.02)
+    monkeypatch.setattr(worker, "QUIET_TICK_S", 0.02)
     monkeypatch.setattr(worker, "SYSTEM_EVERY_S", 60.0)
     real = TxWorker._tick
 
-    def counted(self: TxWorker, final: bool, asked: bool = False) -> None:
+    def counted(self: TxWorker, final: bool, asked: bool = False) -> bool:
         for sink in self.p.sinks:
             sink.tick += 1  # type: ignore[attr-defined]
-        real(self, final, asked)
+        return real(self, final, asked)
 
     monkeypatch.setattr(TxWorker, "_tick", counted)
 
 
-def test_nobody_listening_folds_every_fourth_tick_and_services_every_second() -> None:
+def test_nobody_listening_folds_every_other_tick_and_services_every_tick() -> None:
     sink = Listened(watched=False)
     run_ticks(sink)
     sends = [t for t in sink.sends if t <= TICKS]  # the final fold at stop comes after
@@ -78,8 +79,7 @@ def test_nobody_listening_folds_every_fourth_tick_and_services_every_second() ->
     assert sends, sink.sends
     assert all(t % worker.QUIET_FOLD_TICKS == 0 for t in sends), sink.sends
     assert len(sends) <= TICKS // worker.QUIET_FOLD_TICKS
-    every = worker.QUIET_SERVICE_TICKS
-    assert services == list(range(every, TICKS + 1, every)), sink.services
+    assert services == list(range(1, TICKS + 1)), sink.services
     assert sink.records > 0
 
 

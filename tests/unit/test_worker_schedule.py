@@ -1,6 +1,8 @@
-"""When the tx thread wakes: a tick (fold, publish, service) 4 times a second and, half a tick
-after, the once-a-second work (system sample, heartbeat finding), never in the same wake-up, so
-no step waits for both on the GIL."""
+"""When the tx thread wakes. While someone listens: a tick (fold, publish, service) 4 times a
+second and, half a tick after, the once-a-second work (system sample, heartbeat finding), never in
+the same wake-up, so no step waits for both on the GIL. While nobody listens: a tick twice a
+second, folding every other one, and the once-a-second work on the tick between two folds, so
+the thread wakes twice a second in all."""
 
 from __future__ import annotations
 
@@ -21,13 +23,19 @@ from traceml.records import RankEnd, RankInfo, SystemSample
 
 
 class Ticks(NullSink):
-    """Notes the perf_counter_ns of each tick (service() runs once at the end of every tick)."""
+    """Notes the perf_counter_ns of each tick (service() runs once at the end of every tick)
+    and of each fold's sending; `watched` says whether anyone listens."""
 
-    def __init__(self) -> None:
+    def __init__(self, watched: bool = True) -> None:
+        self.watched = watched
         self.at: list[int] = []
+        self.sent: list[int] = []
 
     def service(self, now: float, **_: Any) -> None:
         self.at.append(time.perf_counter_ns())
+
+    def send_steps(self, records: list[Any]) -> None:
+        self.sent.append(time.perf_counter_ns())
 
 
 class Samples(SystemSampler):
@@ -69,6 +77,39 @@ def test_samples_and_ticks_never_share_a_wake_up(monkeypatch: pytest.MonkeyPatch
         sampled = any(start <= t <= stop for t in samples.at)
         ticked = any(start <= t <= stop for t in ticks.at)
         assert not (sampled and ticked), "a sample ran in a tick's wake-up"
+
+
+def test_nobody_listening_the_sample_rides_on_the_tick_between_two_folds(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(worker, "QUIET_TICK_S", 0.04)
+    monkeypatch.setattr(worker, "SYSTEM_EVERY_S", 0.08)
+    raw: deque[Any] = deque(maxlen=100_000)
+    timer = StepTimer(raw)
+    ticks, samples = Ticks(watched=False), Samples()
+    parts = WorkerParts(
+        info=RankInfo(run_id="schedule-2", rank=0), raw=raw, store=RunStore(), page_mb=0.004,
+        wall_offset_ns=0, sampler=samples, sinks=[ticks],
+    )  # fmt: skip
+    tx = TxWorker(parts)
+    tx.start()
+    deadline = time.perf_counter() + 60.0  # counted, never timed (see above)
+    while (len(samples.at) < 5 or len(ticks.sent) < 5) and time.perf_counter() < deadline:
+        timer.enter()
+        time.sleep(0.001)
+        timer.exit()
+    assert tx.stop(RankEnd(0, "ok", timer.step, time.time()), timeout=10.0)
+    spans = list(tx.busy._spans)[:-1]  # the last: the final drain at stop
+    assert len(samples.at) >= 5 and len(ticks.sent) >= 5
+    for span in spans:
+        assert inside(span, ticks.at), "a wake-up that was no tick (a sample's own)"
+        assert not (inside(span, samples.at) and inside(span, ticks.sent)), "a sample in a fold's"
+    gaps = [b - a for a, b in itertools.pairwise(samples.at)]
+    assert min(gaps) >= 0.75 * worker.SYSTEM_EVERY_S * 1e9, gaps
+
+
+def inside(span: tuple[int, int], times: list[int]) -> bool:
+    return any(span[0] <= t <= span[1] for t in times)
 
 
 def test_beats_stay_on_their_grid_and_skip_what_was_missed() -> None:

@@ -40,18 +40,27 @@ record slices took the held steps from 6.75 to 5.66 µs a step on a 0.5 ms loop,
 step of 6.9 ms against 4.7, but the whole suite's CI failed twice right after it in a test that
 times a hang among 5 ms steps (slow steps beside the hang), cause not found: not kept.
 See docs/performance.md."""
-QUIET_FOLD_TICKS = 4
-"""While no viewer listens (no subscription to the rank's publisher, no snapshot being sent, no
-job collector link), only every this many ticks takes, folds and publishes the steps queued
-since: nobody waits for them, and most of a tick's fixed cost (about 0.8 ms of GIL, above) is
-then paid once a second instead of four times. Of the other ticks, every QUIET_SERVICE_TICKS-th
-services the publisher (requests, subscriptions, heartbeat, the rank file), so a viewer that
-attaches is answered within half a second and every tick folds from then on; the rest only
-look whether the queue is filling. `traceml.summary()` asks for a fold of its own (flush)."""
-QUIET_SERVICE_TICKS = 2
-"""While no viewer listens, the sinks are serviced every this many ticks (the folding ticks
-included): a service with nothing to answer still costs the tx thread about 0.1 ms of the GIL
-(its code is cold), twice a second instead of four times."""
+QUIET_TICK_S = 0.5
+"""The tick while no viewer listens (no subscription to the rank's publisher, no snapshot being
+sent, no job collector link) and the loop queues under a FILLING_PARTS-th of the buffer a
+second (slower than 0.24 ms a step with the default buffer): every tick services the sinks
+(requests, subscriptions, heartbeat, the rank file), so a viewer that attaches is answered
+within half a second and every tick folds from then on. Each wake-up of this thread takes the
+GIL from the training thread once or twice and may delay a step by its work: at 1 ms a step,
+the five wake-ups a second of 0.25 s ticks plus a sample of its own (two of them only looking
+whether the queue was filling) put about 0.7 % of the steps behind it, near the p99. Now two:
+the fold's, and the sample's with the service between folds (QUIET_FOLD_TICKS)."""
+QUIET_FOLD_TICKS = 2
+"""While nobody listens, only every this many ticks takes, folds and publishes the steps queued
+since (or one that finds the queue filling): nobody waits for them, and most of a tick's fixed
+cost (about 0.8 ms of GIL, above) is then paid once a second. The tick between takes the system
+sample instead, so the once-a-second work needs no wake-up of its own. `traceml.summary()`
+asks for a fold of its own (flush)."""
+FILLING_PARTS = 4
+"""The queue is filling once it holds this fraction of what it can (a quarter): any tick then
+folds. A loop queueing that much a second keeps the 0.25 s tick even while nobody listens, so
+a quiet second never fills the queue, and a fold never takes more RawSteps than the C timer's
+pool keeps (a quarter of the default buffer)."""
 SERVE_TICK_S = 0.02
 """The tick while an attach snapshot is being sent (in parts, 2 ms of sending per tick), so a
 viewer gets a long history in a fraction of a second."""
@@ -166,6 +175,12 @@ class TxWorker(threading.Thread):
         """perf_counter_ns at which the current busy span began; -1 while waiting."""
         self._quiet = 0
         """Ticks since the last fold (QUIET_FOLD_TICKS)."""
+        self._drained_at = time.monotonic()
+        self._fast = False
+        """Whether the last fold took steps at a FILLING_PARTS-th of the buffer a second or
+        more: the 0.25 s tick then, watched or not."""
+        self._sampled_at = -math.inf
+        """time.monotonic() of the last system sample."""
 
     def stop(self, end: RankEnd, timeout: float) -> bool:
         """Ask for the final drain, summary and close; True if it finished within `timeout`."""
@@ -201,25 +216,36 @@ class TxWorker(threading.Thread):
             # finding, progress line) has a wake-up of its own, not a fold's: each delays a step
             # of its own instead of one step paying both (5-6 ms at a 0.4 ms step). Only a
             # wake-up late by half a tick runs them back to back.
+            # While nobody listens, the sample rides instead on the tick between two folds.
             next_sys = next_progress = start + TICK_S / 2
             while True:
-                self._wake.wait(max(0.0, min(next_tick, next_sys) - time.monotonic()))
+                quiet = self._quiet_cadence()
+                wake = next_tick if quiet else min(next_tick, next_sys)
+                self._wake.wait(max(0.0, wake - time.monotonic()))
                 self._wake.clear()
                 if self._stop_evt.is_set():
                     break
                 self._busy_from = time.perf_counter_ns()
                 now = time.monotonic()
+                sample = False
                 if now >= next_tick or self._asked > self._served:
                     with self._ticked:
                         serving = self._asked
-                    self._tick(final=False, asked=serving > self._served)
+                    folded = self._tick(final=False, asked=serving > self._served)
                     if now >= next_tick:
                         next_tick = next_beat(next_tick, self._tick_s(), now)
                     with self._ticked:
                         self._served = serving
                         self._ticked.notify_all()
-                else:
+                    # A quiet second's sample: at least 0.75 s after the last, so the tick
+                    # between two folds takes it once a second.
+                    due = self._sampled_at + SYSTEM_EVERY_S - QUIET_TICK_S / 2
+                    sample = quiet and not folded and now >= due
+                elif now >= next_sys:
+                    sample = True
+                if sample:
                     next_sys = next_beat(next_sys, SYSTEM_EVERY_S, now)
+                    self._sampled_at = now
                     self._sample()
                     if self.p.progress is not None and now >= next_progress:
                         next_progress = next_beat(next_progress, PROGRESS_EVERY_S, now)
@@ -234,8 +260,13 @@ class TxWorker(threading.Thread):
                 self._ticked.notify_all()  # a flush() waiting on a tick that will not come
 
     def _tick_s(self) -> float:
-        serving = any(getattr(sink, "busy", False) for sink in self.p.sinks)
-        return SERVE_TICK_S if serving else TICK_S
+        if any(getattr(sink, "busy", False) for sink in self.p.sinks):
+            return SERVE_TICK_S
+        return QUIET_TICK_S if self._quiet_cadence() else TICK_S
+
+    def _quiet_cadence(self) -> bool:
+        """Whether nobody listens and the loop is slow enough for QUIET_TICK_S."""
+        return not self._fast and not self._watched()
 
     def _watched(self) -> bool:
         """Whether someone waits for the records (a sink that cannot say, the job collector
@@ -243,10 +274,10 @@ class TxWorker(threading.Thread):
         return any(getattr(sink, "watched", True) for sink in self.p.sinks)
 
     def _filling(self) -> bool:
-        """Whether the queue holds a quarter of what it can: a loop that fast folds every tick,
-        so a quiet second never fills it (steps beyond it are dropped)."""
+        """Whether the queue holds a FILLING_PARTS-th of what it can: a loop that fast folds
+        every tick, so a quiet second never fills it (steps beyond it are dropped)."""
         raw = self.p.raw
-        return raw.maxlen is not None and len(raw) * QUIET_FOLD_TICKS >= raw.maxlen
+        return raw.maxlen is not None and len(raw) * FILLING_PARTS >= raw.maxlen
 
     def _open_sink(self) -> None:
         opened: list[Sink] = []
@@ -259,28 +290,32 @@ class TxWorker(threading.Thread):
             opened.append(sink)
         self.p.sinks = opened
 
-    def _tick(self, final: bool, asked: bool = False) -> None:
-        """Take, fold and publish the steps queued so far, then service the sinks. While nobody
-        listens, only every QUIET_FOLD_TICKS-th tick folds (or one a flush `asked` for, or one
-        that finds the queue filling) and every QUIET_SERVICE_TICKS-th services; a listener that
-        arrives in a tick's service is sent the queued steps at once."""
+    def _tick(self, final: bool, asked: bool = False) -> bool:
+        """Take, fold and publish the steps queued so far, then service the sinks; True when it
+        folded. While nobody listens, only every QUIET_FOLD_TICKS-th tick folds (or one a flush
+        `asked` for, or one that finds the queue filling); a listener that arrives in a tick's
+        service is sent the queued steps at once."""
         self._quiet += 1
         due = self._quiet >= QUIET_FOLD_TICKS or self._filling()
         if final or asked or due or self._watched():
             self._drain(final)
             self._service()
-            return
-        if self._quiet % QUIET_SERVICE_TICKS:
-            return  # nobody to answer: the next tick services
+            return True
         self._service()
         if self._watched():
             self._drain(final)
+            return True
+        return False
 
     def _drain(self, final: bool) -> None:
         """Take, fold and publish the steps queued so far, a slice at a time."""
         self._quiet = 0
         raw = self.p.raw
         left = len(raw)  # steps queued meanwhile wait for the next tick: service comes first
+        now = time.monotonic()
+        if raw.maxlen is not None and now > self._drained_at:
+            self._fast = left * FILLING_PARTS >= raw.maxlen * (now - self._drained_at)
+        self._drained_at = now
         folded = False
         while True:
             batch = list(map(deque.popleft, itertools.repeat(raw, min(left, SLICE_RECORDS))))
