@@ -88,7 +88,7 @@ def main() -> None:
     steps: dict[str, list[float]] = {arm.name: [] for arm in arms}
     rounds: dict[str, list[float]] = {arm.name: [] for arm in arms}  # each process's mean
     round_p99: dict[str, list[float]] = {arm.name: [] for arm in arms}  # and its p99
-    others: dict[str, list[tuple[float, float]]] = {arm.name: [] for arm in arms}
+    others: dict[str, list[tuple[float, float, float]]] = {arm.name: [] for arm in arms}
     longs: dict[str, list[tuple[float, float]]] = {arm.name: [] for arm in arms}
     longest: dict[str, list[float]] = {arm.name: [] for arm in arms}
     with tempfile.TemporaryDirectory() as tmp:
@@ -117,13 +117,13 @@ def main() -> None:
     )
     print(
         f"  {'':<22} {'mean step':>10} {'± se':>6} {'p99 step':>10} {'± se':>6}"
-        f" {'threads µs/step':>15} {'wake/s':>7}"
+        f" {'threads µs/step':>15} {'wake/s':>7} {'training/s':>11}"
         f" {'long /10k':>10} {'their µs/step':>14} {'longest ms':>11}"
     )
 
     def other_cells(name: str) -> str:
-        cpu, wakes = (statistics.fmean(v) for v in zip(*others[name], strict=True))
-        return f" {cpu:>15.2f} {wakes:>7.1f}"
+        cpu, wakes, training = (statistics.fmean(v) for v in zip(*others[name], strict=True))
+        return f" {cpu:>15.2f} {wakes:>7.1f} {training:>11.1f}"
 
     def long_cells(name: str) -> str:
         per_10k, excess = (statistics.fmean(v) for v in zip(*longs[name], strict=True))
@@ -155,7 +155,8 @@ def main() -> None:
         " holds the true\n  difference if rounds are alike. threads: the CPU of the training"
         " process's other threads\n  over the loop, per step, and how often a second they were"
         " put on a CPU (the tx thread's\n  wake-ups among them; each may take the GIL from the"
-        " training thread)."
+        " training thread); training/s: how often\n  a second the training thread was put back"
+        " on a CPU, after waiting for the GIL or being preempted."
     )
     print(
         f"  long: steps over {LONG_X:g}x their process's median step, per 10,000 steps, and what"
@@ -170,13 +171,13 @@ LONG_X = 2.5
 (1-5 ms at a 0.4 ms step), a garbage collection, the host taking the core."""
 
 
-def other_threads(path: Path, steps: int) -> tuple[float, float]:
+def other_threads(path: Path, steps: int) -> tuple[float, float, float]:
     """(µs of CPU a step, wake-ups a second) of every thread of a process but the training one,
-    over its loop (_workload.py writes them)."""
+    and the training thread's wake-ups a second, over its loop (_workload.py writes them)."""
     threads = json.loads(path.read_text())
-    threads.pop("training", None)
+    _, training = threads.pop("training", (0.0, 0.0))
     cpu = sum(cpu for cpu, _ in threads.values())
-    return cpu * 1e6 / steps, sum(wakes for _, wakes in threads.values())
+    return cpu * 1e6 / steps, sum(wakes for _, wakes in threads.values()), training
 
 
 def long_steps(steps: list[float]) -> tuple[float, float]:
