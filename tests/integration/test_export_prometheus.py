@@ -28,7 +28,7 @@ RUN_ID = "export-prom-0001"
 LOOP = """
 import os, time, torch, traceml
 from tensorboard.summary import Writer
-from traceml.export.live import live
+from traceml.integrations import live
 m = torch.nn.Linear(4, 1)
 opt = torch.optim.SGD(m.parameters(), lr=0.1)
 live(Writer("tb"), every_s=0.5)  # the script's own TensorBoard run, live, with a last point at exit

@@ -13,7 +13,7 @@ from tests.integration._publisher_proc import TxLoop, make_info
 from tests.integration._transport_helpers import wait_for
 from traceml.config import Settings
 from traceml.export.follower import Follower
-from traceml.export.live import LiveLogger, Tracker, live
+from traceml.export.live import LiveLogger, Tracker, follow_live
 from traceml.transport.publish.publisher import Publisher
 
 RUN = "live-1"
@@ -97,7 +97,7 @@ def test_live_in_process_finds_its_own_run(tmp_path: Path, loop: TxLoop) -> None
     rank 0): it finds the run this process is a rank of and follows it over its sockets."""
     writer = importlib.import_module("tensorboard.summary").Writer(str(tmp_path / "tb"))
     loop.steps(120)
-    logger = live(writer, every_s=0.2, runtime_dir=tmp_path / "rt")
+    logger = follow_live(writer, every_s=0.2, runtime_dir=tmp_path / "rt")
     try:
         wait_for(lambda: logger.logged >= 1, 10, "a first point")
     finally:
@@ -117,13 +117,13 @@ def test_live_in_a_single_rank_process_reads_its_own_store(
     import traceml
     from traceml import api
     from traceml.export.live import OwnStore
-    from traceml.integrations import live as live_here
+    from traceml.integrations import live
 
     traceml.init(mode="auto", summary=session_env)
     session = api.current_session()
     assert session is not None and session.worker is not None
     writer = importlib.import_module("tensorboard.summary").Writer(str(tmp_path / "tb"))
-    logger = live_here(writer, every_s=0.05)
+    logger = live(writer, every_s=0.05)
     model = torch.nn.Linear(8, 1)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     try:

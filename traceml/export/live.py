@@ -290,30 +290,16 @@ def tracker_for(target: str | ScalarWriter) -> Tracker:
     raise ValueError(f"live({target!r}): use 'wandb', 'mlflow' or a TensorBoard SummaryWriter")
 
 
-def live(
+def follow_live(
     target: str | ScalarWriter,
     *,
     every_s: float = 10.0,
     run: str | None = None,
     runtime_dir: Path | None = None,
 ) -> LiveLogger:
-    """Log a run live into the user's tracker, from a daemon thread, following it over its
-    sockets: `traceml.integrations.live`'s way when this process is not the run's only rank.
-
-    Args:
-        target: "wandb" (the active wandb.run), "mlflow" (the active MLflow run), or a
-            TensorBoard writer (torch's SummaryWriter or tensorboard.summary.Writer).
-        every_s: Seconds between two points.
-        run: The TraceML run to follow; default the one this process is a rank of.
-        runtime_dir: Where runs live (tests).
-
-    Returns:
-        The started LiveLogger; close() (also run at exit) stops it and logs a last point.
-
-    Raises:
-        ValueError: `target` is not one of those.
-        ConfigError: the tracker is not installed or has no active run.
-    """
+    """`traceml.integrations.live` (the same arguments, the same errors) following the run over
+    its sockets, as `traceml export` does: for a rank of a multi-rank job, which must see the
+    other ranks, or for a run named by id."""
     from traceml.export.follower import Follower
 
     tracker = tracker_for(target)

@@ -2,7 +2,7 @@
 
 A single-rank run is read from the store its own tx thread folds (`export.live.OwnStore`); a
 rank of a multi-rank job, or a run named by id, is followed over its sockets as `traceml export`
-follows it (`export.live.live`), since only the job's sockets carry the other ranks.
+follows it (`export.live.follow_live`), since only the job's sockets carry the other ranks.
 """
 
 from __future__ import annotations
@@ -10,8 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from traceml.export.live import LiveLogger, OwnStore, start_logger, tracker_for
-from traceml.export.live import live as follow_live
+from traceml.export.live import LiveLogger, OwnStore, follow_live, start_logger, tracker_for
 
 if TYPE_CHECKING:
     from traceml.export.tensorboard_tracker import ScalarWriter
