@@ -58,7 +58,7 @@ def main(argv: list[str]) -> None:
         if mode == "traceml-asleep":
             from traceml.instrument import worker
 
-            worker.TICK_S = 1e9
+            worker.TICK_S = worker.QUIET_TICK_S = 1e9
     elif mode == "peer":
         import traceml_ai as tm  # type: ignore[import-not-found, no-redef]
     if tm is not None:

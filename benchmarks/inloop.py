@@ -42,7 +42,8 @@ from typing import Any
 from _common import Loop, c_step_timer, pct, quiet_shutdown
 
 PAUSE_S = 0.6
-"""After a block: two of the tx thread's 0.25 s ticks, so its work for the block is done."""
+"""After a block. While nobody listens the tx thread folds once a second, so part of a block's
+steps may be folded in the next block's time: every arm alike, in a shuffled order."""
 
 
 def arms(summary: Path, parts: bool) -> dict[str, Any]:

@@ -95,7 +95,7 @@ def child(arm: str, steps: int, width: int) -> None:
         # No tick during the loop: the tx thread folds, packs and publishes every step at the
         # exit instead, so the two threads never contend for the GIL under valgrind (which runs
         # them in turns and would count its hand-offs), and its per-step work is still counted.
-        worker.TICK_S = 1e9
+        worker.TICK_S = worker.QUIET_TICK_S = 1e9
         # A C callable: the timer's RSS read costs one call and returns "unreadable".
         memory.HostRss.pages = staticmethod(itertools.repeat(-1).__next__)  # type: ignore[assignment]
         # Both runs fill the history ring, so the summary at exit costs both the same.

@@ -85,8 +85,8 @@ class Settings:
     buffer_steps: int = 16384
     """Records the training thread may queue before the oldest are dropped (and counted): at
     0.14 KB a RawStep of the C timer, 2.4 MB at most (5 MB with the Python timer's tuples of
-    ~0.3 KB); 0.1 s of a 160,000 steps/s loop. The tx thread drains it every 0.25 s tick (every
-    fourth while no viewer listens, unless it is a quarter full)."""
+    ~0.3 KB); 0.1 s of a 160,000 steps/s loop. The tx thread drains it every 0.25 s tick (once a
+    second while no viewer listens, unless it is a quarter full)."""
     skip: frozenset[str] = frozenset()
     """Auto-mode patches left out (TRACEML_SKIP, names from PATCHES); their phase reads null."""
     c_timer: bool = True
