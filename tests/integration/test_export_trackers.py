@@ -135,8 +135,8 @@ def test_live_in_a_single_rank_process_reads_its_own_store(
                 opt.step()
             if i == 60:
                 wait_for(lambda: logger.logged >= 1, 10, "a point while the loop runs")
-        publisher = session.worker.p.sinks[0]
-        assert type(publisher).__name__ == "Publisher" and not publisher.watched
+        (publisher,) = session.worker.p.sinks
+        assert isinstance(publisher, Publisher) and not publisher.watched
     finally:
         logger.close()
         writer.close()
