@@ -91,14 +91,18 @@ def main() -> None:
     others: dict[str, list[tuple[float, float, float]]] = {arm.name: [] for arm in arms}
     longs: dict[str, list[tuple[float, float]]] = {arm.name: [] for arm in arms}
     longest: dict[str, list[float]] = {arm.name: [] for arm in arms}
+    held: dict[str, list[tuple[float, float]]] = {arm.name: [] for arm in arms}
     with tempfile.TemporaryDirectory() as tmp:
         for r in range(args.pairs):
             for arm in arms if r % 2 == 0 else arms[::-1]:
                 out = Path(tmp) / f"{arms.index(arm)}-{r}"
                 cmd = command(arm, args.steps, args.width, out)
                 env = env_for(arm, Path(tmp), None)
+                env["TRACEML_SUMMARY"] = f"{out}.summary.json"
                 subprocess.run(cmd, check=True, env=env, cwd=tmp, capture_output=True)
                 got = read_steps(out)
+                if arm.mode != "bare":
+                    held[arm.name].append(held_steps(Path(f"{out}.summary.json"), got))
                 steps[arm.name] += got
                 rounds[arm.name].append(statistics.fmean(got))
                 round_p99[arm.name].append(pct(got, 0.99))
@@ -117,13 +121,17 @@ def main() -> None:
     )
     print(
         f"  {'':<22} {'mean step':>10} {'± se':>6} {'p99 step':>10} {'± se':>6}"
-        f" {'threads µs/step':>15} {'wake/s':>7} {'training/s':>11}"
+        f" {'threads µs/step':>15} {'wake/s':>7} {'training/s':>11} {'held/s':>7} {'ms/s':>6}"
         f" {'long /10k':>10} {'their µs/step':>14} {'longest ms':>11}"
     )
 
     def other_cells(name: str) -> str:
         cpu, wakes, training = (statistics.fmean(v) for v in zip(*others[name], strict=True))
-        return f" {cpu:>15.2f} {wakes:>7.1f} {training:>11.1f}"
+        cells = f" {cpu:>15.2f} {wakes:>7.1f} {training:>11.1f}"
+        if not held[name]:
+            return cells + f" {'':>7} {'':>6}"
+        steps_s, ms_s = (statistics.fmean(v) for v in zip(*held[name], strict=True))
+        return cells + f" {steps_s:>7.2f} {ms_s:>6.2f}"
 
     def long_cells(name: str) -> str:
         per_10k, excess = (statistics.fmean(v) for v in zip(*longs[name], strict=True))
@@ -156,7 +164,9 @@ def main() -> None:
         " process's other threads\n  over the loop, per step, and how often a second they were"
         " put on a CPU (the tx thread's\n  wake-ups among them; each may take the GIL from the"
         " training thread); training/s: how often\n  a second the training thread was put back"
-        " on a CPU, after waiting for the GIL or being preempted."
+        " on a CPU, after waiting for the GIL or being preempted. held/s, ms/s: the steps a"
+        " second that\n  overlapped TraceML's tx thread at work, and their overlap in ms a second"
+        " (the run's summary:\n  system.traceml_held_steps and traceml_held_ms)."
     )
     print(
         f"  long: steps over {LONG_X:g}x their process's median step, per 10,000 steps, and what"
@@ -178,6 +188,14 @@ def other_threads(path: Path, steps: int) -> tuple[float, float, float]:
     _, training = threads.pop("training", (0.0, 0.0))
     cpu = sum(cpu for cpu, _ in threads.values())
     return cpu * 1e6 / steps, sum(wakes for _, wakes in threads.values()), training
+
+
+def held_steps(summary: Path, steps: list[float]) -> tuple[float, float]:
+    """(steps, ms) a second of a traced process's loop that overlapped its tx thread's work, as
+    its summary counts them (over every step, the warm-up's included; `steps` after it)."""
+    system = json.loads(summary.read_text())["system"]
+    seconds = sum(steps) / 1e6
+    return system["traceml_held_steps"] / seconds, system["traceml_held_ms"] / seconds
 
 
 def long_steps(steps: list[float]) -> tuple[float, float]:
