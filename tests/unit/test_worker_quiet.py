@@ -1,5 +1,6 @@
 """While nobody listens, the tx thread ticks every QUIET_TICK_S, services the sinks every tick and
-folds every QUIET_FOLD_TICKS-th; a listener, a filling queue or a flush make it fold at once."""
+folds every other one (a fast loop: every 0.25 s, servicing every other tick and folding every
+fourth); a listener, a filling queue or a flush make it fold at once."""
 
 from __future__ import annotations
 
@@ -17,6 +18,8 @@ from traceml.instrument.worker import TxWorker, WorkerParts
 from traceml.records import RankEnd, RankInfo, StepRecord
 
 TICKS = 12
+FOLD_EVERY = 2
+"""Ticks between two folds while nobody listens, with the fixture's periods."""
 
 
 class Listened(NullSink):
@@ -60,6 +63,8 @@ def run_ticks(sink: Listened, queue: int = 10_000, per_tick: int = 5) -> TxWorke
 def fast_ticks(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(worker, "TICK_S", 0.02)
     monkeypatch.setattr(worker, "QUIET_TICK_S", 0.02)
+    monkeypatch.setattr(worker, "QUIET_FOLD_S", FOLD_EVERY * 0.02)
+    monkeypatch.setattr(worker, "QUIET_SERVICE_S", 0.02)
     monkeypatch.setattr(worker, "SYSTEM_EVERY_S", 60.0)
     real = TxWorker._tick
 
@@ -77,8 +82,8 @@ def test_nobody_listening_folds_every_other_tick_and_services_every_tick() -> No
     sends = [t for t in sink.sends if t <= TICKS]  # the final fold at stop comes after
     services = [t for t in sink.services if t <= TICKS]
     assert sends, sink.sends
-    assert all(t % worker.QUIET_FOLD_TICKS == 0 for t in sends), sink.sends
-    assert len(sends) <= TICKS // worker.QUIET_FOLD_TICKS
+    assert all(t % FOLD_EVERY == 0 for t in sends), sink.sends
+    assert len(sends) <= TICKS // FOLD_EVERY
     assert services == list(range(1, TICKS + 1)), sink.services
     assert sink.records > 0
 
@@ -133,3 +138,33 @@ def test_the_primary_finding_is_diagnosed_every_15_s_unwatched_and_every_5_s_wat
     seconds(11)
     assert asked[3:] == [135.0, 140.0]
     assert tx._primary == "INPUT_BOUND"
+
+
+@pytest.mark.parametrize(
+    ("fast", "folds", "services"),
+    [(False, [2, 4, 6, 8], [1, 2, 3, 4, 5, 6, 7, 8]), (True, [4, 8], [2, 4, 6, 8])],
+    ids=["slow loop: 0.5 s ticks", "fast loop: 0.25 s ticks"],
+)
+def test_the_quiet_cadence_folds_once_a_second_and_services_twice(
+    monkeypatch: pytest.MonkeyPatch, fast: bool, folds: list[int], services: list[int]
+) -> None:
+    """The real periods, ticks called in turn: whatever the tick, nobody listening gets a fold a
+    second and a service every half second."""
+    monkeypatch.undo()  # the real periods and the real _tick
+    sink = Listened(watched=False)
+    raw: deque[Any] = deque(maxlen=16_384)
+    parts = WorkerParts(
+        info=RankInfo(run_id="cadence-1", rank=0), raw=raw, store=RunStore(), page_mb=0.004,
+        wall_offset_ns=0, sinks=[sink],
+    )  # fmt: skip
+    tx = TxWorker(parts)  # not started: its ticks are called here
+    tx._fast = fast
+    tx._period = tx._tick_s()
+    assert tx._period == (worker.TICK_S if fast else worker.QUIET_TICK_S)
+    done = []
+    for tick in range(1, 9):
+        sink.tick = tick
+        if tx._tick(final=False):
+            done.append(tick)
+    assert done == folds
+    assert sink.services == services

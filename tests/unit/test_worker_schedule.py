@@ -83,6 +83,8 @@ def test_nobody_listening_the_sample_rides_on_the_tick_between_two_folds(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setattr(worker, "QUIET_TICK_S", 0.04)
+    monkeypatch.setattr(worker, "QUIET_SERVICE_S", 0.04)
+    monkeypatch.setattr(worker, "QUIET_FOLD_S", 0.08)
     monkeypatch.setattr(worker, "SYSTEM_EVERY_S", 0.08)
     raw: deque[Any] = deque(maxlen=100_000)
     timer = StepTimer(raw)

@@ -49,18 +49,25 @@ within half a second and every tick folds from then on. Each wake-up of this thr
 GIL from the training thread once or twice and may delay a step by its work: at 1 ms a step,
 the five wake-ups a second of 0.25 s ticks plus a sample of its own (two of them only looking
 whether the queue was filling) put about 0.7 % of the steps behind it, near the p99. Now two:
-the fold's, and the sample's with the service between folds (QUIET_FOLD_TICKS)."""
-QUIET_FOLD_TICKS = 2
-"""While nobody listens, only every this many ticks takes, folds and publishes the steps queued
-since (or one that finds the queue filling): nobody waits for them, and most of a tick's fixed
-cost (about 0.8 ms of GIL, above) is then paid once a second. The tick between takes the system
-sample instead, so the once-a-second work needs no wake-up of its own. `traceml.summary()`
-asks for a fold of its own (flush)."""
+the fold's, and the sample's with the service between folds (QUIET_FOLD_S)."""
+QUIET_FOLD_S = 1.0
+"""While nobody listens, a tick takes, folds and publishes the steps queued since only once its
+ticks since the last fold add up to this (or it finds the queue filling): nobody waits for them,
+and most of a tick's fixed cost (about 0.8 ms of GIL, above) is then paid once a second. At
+QUIET_TICK_S that is every other tick, and the tick between takes the system sample, so the
+once-a-second work needs no wake-up of its own. `traceml.summary()` asks for a fold of its own
+(flush)."""
+QUIET_SERVICE_S = 0.5
+"""While nobody listens, the sinks are serviced once the ticks since the last service add up to
+this: every QUIET_TICK_S tick, every other 0.25 s tick of a fast loop. A service with nothing
+to answer still costs about 0.1 ms of the GIL (its code is cold)."""
 FILLING_PARTS = 4
 """The queue is filling once it holds this fraction of what it can (a quarter): any tick then
 folds. A loop queueing that much a second keeps the 0.25 s tick even while nobody listens, so
 a quiet second never fills the queue, and a fold never takes more RawSteps than the C timer's
 pool keeps (a quarter of the default buffer)."""
+_SLACK_S = 1e-6
+"""Sums of tick periods are compared with this much slack (floats)."""
 SERVE_TICK_S = 0.02
 """The tick while an attach snapshot is being sent (in parts, 2 ms of sending per tick), so a
 viewer gets a long history in a fraction of a second."""
@@ -173,8 +180,12 @@ class TxWorker(threading.Thread):
         """When this thread ran Python; steps overlapping it carry the overlap (held_ms)."""
         self._busy_from = -1
         """perf_counter_ns at which the current busy span began; -1 while waiting."""
-        self._quiet = 0
-        """Ticks since the last fold (QUIET_FOLD_TICKS)."""
+        self._period = TICK_S
+        """The period the current tick was scheduled with."""
+        self._unfolded_s = 0.0
+        """The periods of the ticks since the last fold (QUIET_FOLD_S)."""
+        self._unserviced_s = 0.0
+        """The periods of the ticks since the last service (QUIET_SERVICE_S)."""
         self._drained_at = time.monotonic()
         self._fast = False
         """Whether the last fold took steps at a FILLING_PARTS-th of the buffer a second or
@@ -211,7 +222,8 @@ class TxWorker(threading.Thread):
         try:
             self._open_sink()
             start = time.monotonic()
-            next_tick = start + self._tick_s()
+            self._period = self._tick_s()
+            next_tick = start + self._period
             # Half a tick after the ticks, so the once-a-second work (system sample, heartbeat
             # finding, progress line) has a wake-up of its own, not a fold's: each delays a step
             # of its own instead of one step paying both (5-6 ms at a 0.4 ms step). Only a
@@ -233,7 +245,8 @@ class TxWorker(threading.Thread):
                         serving = self._asked
                     folded = self._tick(final=False, asked=serving > self._served)
                     if now >= next_tick:
-                        next_tick = next_beat(next_tick, self._tick_s(), now)
+                        self._period = self._tick_s()
+                        next_tick = next_beat(next_tick, self._period, now)
                     with self._ticked:
                         self._served = serving
                         self._ticked.notify_all()
@@ -292,15 +305,18 @@ class TxWorker(threading.Thread):
 
     def _tick(self, final: bool, asked: bool = False) -> bool:
         """Take, fold and publish the steps queued so far, then service the sinks; True when it
-        folded. While nobody listens, only every QUIET_FOLD_TICKS-th tick folds (or one a flush
-        `asked` for, or one that finds the queue filling); a listener that arrives in a tick's
-        service is sent the queued steps at once."""
-        self._quiet += 1
-        due = self._quiet >= QUIET_FOLD_TICKS or self._filling()
+        folded. While nobody listens, a tick folds once a QUIET_FOLD_S of ticks (or when a
+        flush `asked`, or when it finds the queue filling) and services once a QUIET_SERVICE_S;
+        a listener that arrives in a tick's service is sent the queued steps at once."""
+        self._unfolded_s += self._period
+        self._unserviced_s += self._period
+        due = self._unfolded_s >= QUIET_FOLD_S - _SLACK_S or self._filling()
         if final or asked or due or self._watched():
             self._drain(final)
             self._service()
             return True
+        if self._unserviced_s < QUIET_SERVICE_S - _SLACK_S:
+            return False  # nobody to answer: the next tick services
         self._service()
         if self._watched():
             self._drain(final)
@@ -309,7 +325,7 @@ class TxWorker(threading.Thread):
 
     def _drain(self, final: bool) -> None:
         """Take, fold and publish the steps queued so far, a slice at a time."""
-        self._quiet = 0
+        self._unfolded_s = 0.0
         raw = self.p.raw
         left = len(raw)  # steps queued meanwhile wait for the next tick: service comes first
         now = time.monotonic()
@@ -337,6 +353,7 @@ class TxWorker(threading.Thread):
                 break
 
     def _service(self) -> None:
+        self._unserviced_s = 0.0
         now = time.time()
         phase = self.p.phase() if self.p.phase is not None else None
         for sink in self.p.sinks:
