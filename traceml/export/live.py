@@ -114,11 +114,6 @@ class HasStore(Protocol):
     def store(self) -> RunStore: ...
 
 
-OWN_FLUSH_S = 1.0
-"""How long the last point waits for the tx thread to fold the steps it queued since its last
-fold (a few ms; see traceml.live_summary)."""
-
-
 class OwnStore:
     """A single-rank run's store as the training process's own LiveLogger reads it: the store
     its tx thread folds, read in place under the store's lock.
@@ -129,12 +124,13 @@ class OwnStore:
 
     Args:
         store: The rank's RunStore.
-        flush: Asks the tx thread to fold what is queued, waiting at most the given seconds.
+        flush: Asks the tx thread to fold what is queued and waits for it (a bounded wait:
+            the session's `TxWorker.flush`, as `traceml.summary()` calls it).
     """
 
     ref: str | None = None
 
-    def __init__(self, store: RunStore, flush: Callable[[float], bool]) -> None:
+    def __init__(self, store: RunStore, flush: Callable[[], object]) -> None:
         self.store = store
         self._flush = flush
         self._open = True
@@ -152,7 +148,7 @@ class OwnStore:
     def stop(self) -> None:
         """Fold the steps queued since the tx thread's last fold, for the last point."""
         if self._open:
-            self._flush(OWN_FLUSH_S)
+            self._flush()
 
     def close(self) -> None:
         """Stop reading; the store stays the tx thread's (the logger stopped first)."""

@@ -53,10 +53,12 @@ def own_store() -> OwnStore | None:
     """This process's run as its tx thread folds it, when TraceML runs here and the run has
     this one rank; None otherwise (not initialised yet, or a multi-rank job)."""
     from traceml import api
+    from traceml.live_summary import FLUSH_WAIT_S
 
     session = api.current_session()
     if session is None or session.info is None or session.worker is None:
         return None
     if session.info.world_size != 1:
         return None
-    return OwnStore(session.worker.p.store, session.worker.flush)
+    worker = session.worker
+    return OwnStore(worker.p.store, lambda: worker.flush(FLUSH_WAIT_S))
