@@ -335,22 +335,6 @@ def run_case(
     return Pair(bare, traced)
 
 
-TEARDOWN_ABORT = "terminate called without an active exception"
-"""What a torchrun rank prints when torch's gloo teardown aborts it (SIGABRT) after the script's
-last line: seen now and then in the bare run of the 2-rank FSDP2 case on a loaded 2-core host."""
-
-
-def run_case_again_on_abort(script: str, *args: str, tmp_path: Path, **kwargs: Any) -> Pair:
-    """`run_case`, and once more (in a fresh folder) when exactly one run aborted at torch's
-    teardown (TEARDOWN_ABORT): a baseline that crashed inside torch compares nothing, and
-    either side may draw it. A difference that TraceML makes comes again and fails as before."""
-    pair = run_case(script, *args, tmp_path=tmp_path / "1", **kwargs)
-    aborted = [TEARDOWN_ABORT in run.stderr for run in (pair.bare, pair.traced)]
-    if aborted.count(True) != 1:
-        return pair
-    return run_case(script, *args, tmp_path=tmp_path / "2", **kwargs)
-
-
 def run_traced(script: str, *args: str, tmp_path: Path, timeout: float = 90.0) -> Run:
     """Only the traced run, for cases with nothing to compare against (a tracker's files)."""
     live, summary = start("traced", script, args, tmp_path, 0, None)

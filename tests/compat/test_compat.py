@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from tests.compat._harness import Pair, phases, run_case, run_case_again_on_abort, run_traced
+from tests.compat._harness import Pair, phases, run_case, run_traced
 from tests.compat._wandb_files import wait_for_run
 
 pytestmark = [pytest.mark.compat, pytest.mark.slow]
@@ -69,7 +69,7 @@ def test_loop_over_a_list_then_a_generator(tmp_path: Path) -> None:
 
 
 def test_ddp_then_fsdp2_wrapped_after_init(tmp_path: Path) -> None:
-    pair = run_case_again_on_abort("distributed.py", tmp_path=tmp_path, nproc=2, timeout=150)
+    pair = run_case("distributed.py", tmp_path=tmp_path, nproc=2, timeout=150)
     pair.assert_same()
     summary = pair.summary
     assert summary["run"]["world_size"] == 2
