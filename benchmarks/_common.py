@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import math
 import os
+import random
 import statistics
 import time
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, TypeVar
+
+T = TypeVar("T")
 
 
 def c_step_timer(c: Any, out: Any, **kwargs: Any) -> Any:
@@ -33,6 +37,16 @@ def stderr(diffs: list[float]) -> float:
     if len(diffs) < 2:
         return math.nan
     return statistics.stdev(diffs) / math.sqrt(len(diffs))
+
+
+def round_order(arms: Sequence[T], r: int, seed: int = 0) -> list[T]:
+    """The order the arms run in round `r`: a permutation drawn afresh each round (from `seed`
+    and `r`, so a run can be repeated). With a fixed order reversed every other round, an arm's
+    neighbours and place were the same in every other round, so whatever one arm leaves behind
+    for the next (a hot cache, a process still exiting, the host's drift over a round) moved the
+    same arms the same way round after round, and the standard error over the rounds, which
+    takes them as independent draws, understated the spread."""
+    return random.Random(seed * 100_003 + r).sample(list(arms), len(arms))
 
 
 def round_stderrs(rounds: dict[str, list[float]]) -> dict[str, float]:

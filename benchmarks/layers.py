@@ -1,11 +1,11 @@
 """What each layer of TraceML adds to a separate training process, step by step.
 
-Run: .venv/bin/python benchmarks/layers.py [--pairs N] [--steps N] [--width W]
+Run: .venv/bin/python benchmarks/layers.py [--pairs N] [--steps N] [--width W] [--seed N]
 
 overhead.py prices whole arms (trace_step, traceml run, the live view, the peer); inloop.py
 resolves TraceML's parts inside one process, with TraceML initialised in every block. This one
 answers what lies between: the same loop (benchmarks/_workload.py) as separate processes, one
-per arm and round, the arms interleaved:
+per arm and round, the arms interleaved, each round in an order of its own drawn from --seed:
 
   bare A, bare B     no traceml import at all (their difference is the noise)
   init, unpatched    traceml.init(mode="auto"), then its patches removed: the tx thread, its
@@ -45,7 +45,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from _common import byte_compile, pct, round_stderrs
+from _common import byte_compile, pct, round_order, round_stderrs
 from overhead import Arm, command, env_for, read_steps
 
 ARMS = (
@@ -61,6 +61,7 @@ ARMS = (
 def main() -> None:
     ap = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
     ap.add_argument("--pairs", type=int, default=4, help="rounds of every arm")
+    ap.add_argument("--seed", type=int, default=0, help="draws each round's order of the arms")
     ap.add_argument("--steps", type=int, default=10_000)
     ap.add_argument("--width", type=int, default=16, help="MLP width (16: ~0.4 ms a step here)")
     ap.add_argument(
@@ -94,7 +95,7 @@ def main() -> None:
     held: dict[str, list[tuple[float, float]]] = {arm.name: [] for arm in arms}
     with tempfile.TemporaryDirectory() as tmp:
         for r in range(args.pairs):
-            for arm in arms if r % 2 == 0 else arms[::-1]:
+            for arm in round_order(arms, r, args.seed):
                 out = Path(tmp) / f"{arms.index(arm)}-{r}"
                 cmd = command(arm, args.steps, args.width, out)
                 env = env_for(arm, Path(tmp), None)

@@ -1,11 +1,12 @@
 """What TraceML adds to a training job: per step, per run, in every process the run starts.
 
 Run: make bench   (or .venv/bin/python benchmarks/overhead.py [--quick] [--peer] [--rss]
-     [--start-exit N])
+     [--start-exit N] [--rounds N] [--seed N])
 
 The same training script (benchmarks/_workload.py: an MLP fed by a DataLoader over a
 TensorDataset, batch 32, one torch thread, sized to about 0.4 ms and 1 ms a step) runs as a
-separate process in each arm, at two run lengths, the arms interleaved round by round:
+separate process in each arm, at two run lengths, the arms interleaved round by round, each
+round in an order of its own drawn from --seed (see _common.round_order):
 
   bare A, bare B   `python script`, no traceml import at all (two arms: their difference is the
                    noise beside every figure)
@@ -46,7 +47,7 @@ from array import array
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from _common import Loop, byte_compile, pct, round_stderrs
+from _common import Loop, byte_compile, pct, round_order, round_stderrs
 from _procs import RunResult, run_measured
 
 HERE = Path(__file__).resolve().parent
@@ -134,13 +135,14 @@ def measure(
     tmp: Path,
     peer_bin: Path | None = None,
     ranks: int = 1,
+    seed: int = 0,
 ) -> dict[str, Samples]:
-    """Every arm at both lengths, round after round, arms interleaved; `shape` = (width,
-    batch) of the MLP; `ranks` > 1 when the arms run under torchrun."""
+    """Every arm at both lengths, round after round, arms interleaved in an order drawn afresh
+    each round (round_order, from `seed`); `shape` = (width, batch) of the MLP; `ranks` > 1
+    when the arms run under torchrun."""
     res = {a.name: Samples() for a in all_arms}
     for r in range(rounds):
-        order = all_arms if r % 2 == 0 else all_arms[::-1]
-        for arm in order:
+        for arm in round_order(all_arms, r, seed):
             for steps in lengths:
                 out = tmp / f"steps-{arm.mode}-{steps}"
                 cmd = command(arm, steps, shape[0], out, shape[1])
@@ -299,7 +301,9 @@ START_EXIT_STEPS = 20
 """Steps of each --start-exit run: a few ms of training, the rest is start-up and exit."""
 
 
-def start_exit(all_arms: list[Arm], rounds: int, tmp: Path, peer_bin: Path | None) -> None:
+def start_exit(
+    all_arms: list[Arm], rounds: int, tmp: Path, peer_bin: Path | None, seed: int = 0
+) -> None:
     """Wall time of many short runs of each arm, interleaved, as added to bare.
 
     The table's start+exit column is an intercept from a few pairs of long runs, and its noise
@@ -309,7 +313,7 @@ def start_exit(all_arms: list[Arm], rounds: int, tmp: Path, peer_bin: Path | Non
     """
     walls: dict[str, list[float]] = {a.name: [] for a in all_arms}
     for r in range(rounds):
-        for arm in all_arms if r % 2 == 0 else all_arms[::-1]:
+        for arm in round_order(all_arms, r, seed):
             out = tmp / f"start-exit-{arm.mode}"
             cmd = command(arm, START_EXIT_STEPS, 16, out)
             walls[arm.name].append(
@@ -380,6 +384,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="one size, one round (about a minute)")
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--seed", type=int, default=0, help="draws each round's order of the arms")
     ap.add_argument("--peer", action="store_true", help="add traceml-ai 0.5.0 (pip installs it)")
     ap.add_argument("--rss", action="store_true", help="RSS over 1,000,000 traced steps")
     ap.add_argument("--rss-steps", type=int, default=1_000_000, help="steps of --rss")
@@ -405,13 +410,15 @@ def main() -> None:
     print(f"host: {os.cpu_count()} CPUs, load {load:.1f}" + (" (busy: noisy)" if load > 1 else ""))
     print(f"TraceML {byte_compile()}")
     if args.start_exit:
-        start_exit(arms(peer_bin), args.start_exit, tmp, peer_bin)
+        start_exit(arms(peer_bin), args.start_exit, tmp, peer_bin, args.seed)
         return
     sizes = [(0.4, (500, 2500))] if args.quick else [(0.4, (1000, 5000)), (1.0, (500, 2500))]
     rounds = 1 if args.quick else args.rounds
     for target_ms, lengths in sizes:
         width = calibrate(target_ms)
-        res = measure(arms(peer_bin), (width, BATCH), lengths, rounds, tmp, peer_bin)
+        res = measure(
+            arms(peer_bin), (width, BATCH), lengths, rounds, tmp, peer_bin, seed=args.seed
+        )
         print_table(f"~{target_ms:g} ms CPU step (MLP width {width})", res, lengths, rounds)
     print(
         "\n  targets: mean, wall slope and CPU (all processes) <= +10 µs; p99 within 10 %;"
