@@ -42,6 +42,7 @@ import json
 import math
 import statistics
 import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
@@ -75,8 +76,16 @@ def main() -> None:
         action="store_true",
         help="add trace_step with live logging into TensorBoard (traceml.integrations.live)",
     )
+    ap.add_argument(
+        "--run",
+        action="store_true",
+        help="add `traceml run --no-live` (the same rank code, started by the launcher)",
+    )
     args = ap.parse_args()
     arms = [a for a in ARMS if not (args.skip_init and a.mode.startswith("init"))]
+    if args.run:
+        launcher = (sys.executable, "-m", "traceml", "run", "--no-live")
+        arms.append(Arm("run --no-live", "traceml", launcher))
     if args.live:
         arms.append(Arm("trace_step, live(TB)", "traceml-tb"))
     if args.tree:
