@@ -49,21 +49,26 @@ def round_order(arms: Sequence[T], r: int, seed: int = 0) -> list[T]:
     return random.Random(seed * 100_003 + r).sample(list(arms), len(arms))
 
 
-def round_stderrs(rounds: dict[str, list[float]]) -> dict[str, float]:
+def round_differences(rounds: dict[str, list[float]]) -> dict[str, tuple[float, float]]:
     """From one figure of each arm round by round (its mean step, p99 or CPU slope; "bare A"
-    and "bare B" among them): for every other arm, the standard error of its difference from
-    its round's bare pair; for "bare A - bare B", that of their difference. One bare pair's
-    difference is one draw of the noise; this is its spread over every round. Empty with fewer
-    than two rounds; an arm with a round missing is left out."""
+    and "bare B" among them): for every other arm, the mean and the standard error of its
+    difference from its round's bare pair; for "bare A - bare B", those of their difference.
+    One bare pair's difference is one draw of the noise; this is its spread over every round.
+    Empty with fewer than two rounds; an arm with a round missing is left out."""
     bare_a, bare_b = rounds["bare A"], rounds["bare B"]
     if len(bare_a) < 2 or len(bare_a) != len(bare_b):
         return {}
     bare = [(x + y) / 2 for x, y in zip(bare_a, bare_b, strict=True)]
-    out = {"bare A - bare B": stderr([x - y for x, y in zip(bare_a, bare_b, strict=True)])}
-    for name, means in rounds.items():
-        if not name.startswith("bare") and len(means) == len(bare):
-            out[name] = stderr([m - b for m, b in zip(means, bare, strict=True)])
-    return out
+    diffs = {"bare A - bare B": [x - y for x, y in zip(bare_a, bare_b, strict=True)]}
+    for name, values in rounds.items():
+        if not name.startswith("bare") and len(values) == len(bare):
+            diffs[name] = [v - b for v, b in zip(values, bare, strict=True)]
+    return {name: (statistics.fmean(d), stderr(d)) for name, d in diffs.items()}
+
+
+def round_stderrs(rounds: dict[str, list[float]]) -> dict[str, float]:
+    """The standard errors of round_differences alone."""
+    return {name: se for name, (_, se) in round_differences(rounds).items()}
 
 
 class Loop:

@@ -2,9 +2,11 @@
 
 Run by benchmarks/overhead.py, layers.py and distributed.py, never by hand. Usage:
     python _workload.py MODE STEPS WIDTH BATCH OUT
-MODE is one of bare, traceml, traceml-asleep, traceml-tb, init, init-unpatched, peer.
+MODE is one of bare, traceml, traceml-early, traceml-asleep, traceml-tb, init, init-unpatched,
+peer.
 `bare` never imports traceml; `traceml` calls `traceml.init(mode="auto")` and `trace_step` (under
 `traceml run`, init was already done by the launcher's bootstrap and this call is ignored);
+`traceml-early` is `traceml` with init before torch is imported (as under `traceml run`);
 `traceml-asleep` does the same with the tx thread asleep through the loop (no tick: it converts,
 folds and publishes every step at the exit, which is not timed);
 `traceml-tb` adds `traceml.integrations.live` logging into a TensorBoard writer (event files in
@@ -42,6 +44,11 @@ def _stop(_signum: int, _frame: object) -> None:
 
 def main(argv: list[str]) -> None:
     mode, steps, width, batch, out = argv[0], int(argv[1]), int(argv[2]), int(argv[3]), argv[4]
+    if mode == "traceml-early":  # init before torch is imported, as traceml run's bootstrap does
+        import traceml
+
+        traceml.init(mode="auto")
+        mode = "traceml"
     import torch
 
     torch.set_num_threads(1)

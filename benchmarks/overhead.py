@@ -47,7 +47,7 @@ from array import array
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from _common import Loop, byte_compile, pct, round_order, round_stderrs
+from _common import Loop, byte_compile, pct, round_differences, round_order, round_stderrs
 from _procs import RunResult, run_measured
 
 HERE = Path(__file__).resolve().parent
@@ -234,7 +234,7 @@ def print_table(
     se = round_stderrs({name: s.round_means.get(rank, []) for name, s in res.items()})
     dn = lengths[1] - lengths[0]
     cpu_se = round_stderrs({name: round_slopes(s, dn, "cpu") for name, s in res.items()})
-    p99_se = round_stderrs({name: s.round_p99s.get(rank, []) for name, s in res.items()})
+    p99_by_process = round_differences({n: s.round_p99s.get(rank, []) for n, s in res.items()})
     a, b = figs.pop("bare A"), figs.pop("bare B")
     fields = ("mean", "p99", "max", "wall", "cpu", "train_cpu", "other_cpu", "fixed")
     bare = {f: (getattr(a, f) + getattr(b, f)) / 2 for f in fields}
@@ -277,13 +277,19 @@ def print_table(
             " bare pair; bare A - bare B's own): "
             + ", ".join(f"{name} {v:.1f}" for name, v in se.items())
         )
-    if p99_se:
+    if p99_by_process:
         # The pooled p99 above is what a user's runs pay, but one process's p99 moves by a
-        # third on its own (bare's 406-643 µs over twelve processes of one hour): without this
-        # spread a +48 % read as a cost.
+        # third on its own (bare's 406-643 µs over twelve processes of one hour; 6 processes of
+        # 40 read 616-805 µs where the rest read 450-525, bare among them): a few such processes
+        # in one arm move its pooled p99 by tens of %. Each process against its own round's
+        # bare pair, averaged, with the spread of that over the rounds, is the fairer figure.
         print(
-            "  p99 step's standard error over the rounds, % of bare's p99, the same way: "
-            + ", ".join(f"{name} {100 * v / bare['p99']:.0f} %" for name, v in p99_se.items())
+            "  p99 step, each process against its round's bare pair, mean (standard error) over"
+            " the rounds, % of bare's p99: "
+            + ", ".join(
+                f"{name} {100 * m / bare['p99']:+.0f} % ({100 * v / bare['p99']:.0f} %)"
+                for name, (m, v) in p99_by_process.items()
+            )
         )
     if cpu_se:
         # One bare pair's CPU difference understates how far two processes doing the same work
