@@ -1,7 +1,7 @@
 """What TraceML adds to a training job: per step, per run, in every process the run starts.
 
 Run: make bench   (or .venv/bin/python benchmarks/overhead.py [--quick] [--peer] [--rss]
-     [--start-exit N] [--rounds N] [--seed N])
+     [--start-exit N] [--rounds N] [--seed N] [--size 0.4|1])
 
 The same training script (benchmarks/_workload.py: an MLP fed by a DataLoader over a
 TensorDataset, batch 32, one torch thread, sized to about 0.4 ms and 1 ms a step) runs as a
@@ -391,6 +391,13 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="one size, one round (about a minute)")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--seed", type=int, default=0, help="draws each round's order of the arms")
+    ap.add_argument(
+        "--size",
+        type=float,
+        choices=(0.4, 1.0),
+        action="append",
+        help="only this step size in ms (repeat for both; default both)",
+    )
     ap.add_argument("--peer", action="store_true", help="add traceml-ai 0.5.0 (pip installs it)")
     ap.add_argument("--rss", action="store_true", help="RSS over 1,000,000 traced steps")
     ap.add_argument("--rss-steps", type=int, default=1_000_000, help="steps of --rss")
@@ -419,6 +426,8 @@ def main() -> None:
         start_exit(arms(peer_bin), args.start_exit, tmp, peer_bin, args.seed)
         return
     sizes = [(0.4, (500, 2500))] if args.quick else [(0.4, (1000, 5000)), (1.0, (500, 2500))]
+    if args.size:
+        sizes = [(ms, lengths) for ms, lengths in sizes if ms in args.size]
     rounds = 1 if args.quick else args.rounds
     for target_ms, lengths in sizes:
         width = calibrate(target_ms)
