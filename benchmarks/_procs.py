@@ -51,6 +51,21 @@ class RunResult:
     """CPU seconds by kind of process (psutil's last reading before each exited)."""
     by_pid: dict[int, float] = field(default_factory=dict)
     """CPU seconds by process, from the same readings."""
+    readings: dict[int, list[tuple[float, float]]] = field(default_factory=dict)
+    """Every reading of each process: (time.perf_counter(), CPU seconds), in order."""
+
+    def cpu_between(self, pid: int, t0: float, t1: float) -> float:
+        """CPU seconds process `pid` used between two perf_counter times (one clock for every
+        process of the host), from its readings around them (the last one at or before each
+        time; 0.0 when it has none there). psutil's ticks are 10 ms, the readings POLL_S apart:
+        over a loop of seconds that is well under a µs a step."""
+        got = self.readings.get(pid, [])
+
+        def at(t: float) -> float:
+            before = [cpu for when, cpu in got if when <= t]
+            return before[-1] if before else 0.0
+
+        return max(0.0, at(t1) - at(t0))
 
 
 def role(cmdline: list[str]) -> str:
@@ -74,6 +89,7 @@ class TreeMeter(threading.Thread):
         super().__init__(daemon=True)
         self.root = root
         self.cpu: dict[int, tuple[str, float]] = {}
+        self.readings: dict[int, list[tuple[float, float]]] = {}
         self.stop_evt = threading.Event()
 
     def run(self) -> None:
@@ -106,6 +122,7 @@ class TreeMeter(threading.Thread):
                 else:
                     name = role(p.cmdline())
                 self.cpu[p.pid] = (name, t.user + t.system)
+                self.readings.setdefault(p.pid, []).append((time.perf_counter(), t.user + t.system))
         except psutil.Error:
             return
 
@@ -148,7 +165,7 @@ def run_measured(
     wall = time.perf_counter() - t0
     meter.stop_evt.set()
     meter.join()
-    return RunResult(wall, _children_cpu() - cpu0, meter.by_role(), meter.by_pid())
+    return RunResult(wall, _children_cpu() - cpu0, meter.by_role(), meter.by_pid(), meter.readings)
 
 
 def _run_tty(

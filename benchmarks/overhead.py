@@ -38,6 +38,7 @@ training process's RSS every 100,000 steps (flat = bounded memory).
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
 import sys
@@ -81,6 +82,8 @@ class Samples:
     """The mean of each long run's steps, round by round, by rank."""
     round_p99s: dict[int, list[float]] = field(default_factory=dict)
     """The p99 of each long run's steps, round by round, by rank."""
+    round_loop_cpu: list[float] = field(default_factory=list)
+    """Each long run's CPU over its timed loop alone, µs a step, every process: see loop_cpu."""
 
 
 def arms(peer_bin: Path | None) -> list[Arm]:
@@ -164,7 +167,27 @@ def measure(
                 got.by_role["others"] = sum(
                     cpu for pid, cpu in got.by_pid.items() if pid not in training
                 )
+                if steps == lengths[1]:
+                    sample.round_loop_cpu.append(loop_cpu(got, per_rank, training))
     return res
+
+
+def loop_cpu(got: RunResult, per_rank: list[Path], training: set[int]) -> float:
+    """The CPU every process of a run used over rank 0's timed loop alone, µs a step: each
+    training process's threads over its own loop (the kernel's schedstat, which _workload.py
+    writes), and every other process (launcher, live view, job collector, torchrun's agent)
+    over the same seconds, from its psutil readings. The slopes between two run lengths cancel
+    start-up and exit only on average: those vary by 0.3 s of wall and 0.2 s of CPU from one
+    process to the next, ±100 µs a step over the 2,000 steps between the 1 ms arm's lengths,
+    where over the loop alone nothing but the loop counts."""
+    by_thread = [json.loads(Path(f"{path}.threads").read_text()) for path in per_rank]
+    threads = sum(cpu for rank in by_thread for cpu, _ in rank.values())
+    raw = array("d")
+    raw.frombytes(per_rank[0].read_bytes())
+    t0 = float(Path(f"{per_rank[0]}.t0").read_text())
+    t1 = t0 + sum(raw) / 1e6
+    others = sum(got.cpu_between(pid, t0, t1) for pid in got.readings if pid not in training)
+    return (threads + others) / len(raw) * 1e6
 
 
 # -- figures -----------------------------------------------------------------------------------
@@ -290,6 +313,14 @@ def print_table(
                 f"{name} {100 * m / bare['p99']:+.0f} % ({100 * v / bare['p99']:.0f} %)"
                 for name, (m, v) in p99_by_process.items()
             )
+        )
+    loop = round_differences({name: s.round_loop_cpu for name, s in res.items()})
+    if loop:
+        bare_loop = statistics.fmean(res["bare A"].round_loop_cpu + res["bare B"].round_loop_cpu)
+        print(
+            f"  CPU of every process over the timed loop alone (bare {bare_loop:.1f} µs a step),"
+            " added, mean (standard error) over the rounds: "
+            + ", ".join(f"{name} {m:+.1f} ({v:.1f})" for name, (m, v) in loop.items())
         )
     if cpu_se:
         # One bare pair's CPU difference understates how far two processes doing the same work
