@@ -125,9 +125,17 @@ def main(argv: list[str]) -> None:
     with open(f"{out}.threads", "w") as f:
         json.dump(threads, f)
     if world > 1:
+        import gc
+
         import torch.distributed as dist
 
         dist.barrier()
+        # DDP's objects hold the process group in reference cycles: collected first, gloo's
+        # threads are joined at destroy_process_group, not at the interpreter's exit, where one
+        # freeing a finished collective can abort the rank (see README, "Distributed runs").
+        del loop, model, step, it
+        gc.collect()
+        dist.destroy_process_group()
 
 
 def _threads() -> dict[int, tuple[int, int]]:
