@@ -121,8 +121,9 @@ class TreeMeter(threading.Thread):
                     name = known[0]
                 else:
                     name = role(p.cmdline())
-                self.cpu[p.pid] = (name, t.user + t.system)
-                self.readings.setdefault(p.pid, []).append((time.perf_counter(), t.user + t.system))
+                cpu = t.user + t.system
+                self.cpu[p.pid] = (name, cpu)
+                self.readings.setdefault(p.pid, []).append((time.perf_counter(), cpu))
         except psutil.Error:
             return
 

@@ -44,7 +44,8 @@ def _stop(_signum: int, _frame: object) -> None:
 
 def main(argv: list[str]) -> None:
     mode, steps, width, batch, out = argv[0], int(argv[1]), int(argv[2]), int(argv[3]), argv[4]
-    if mode == "traceml-early":  # init before torch is imported, as traceml run's bootstrap does
+    early = mode == "traceml-early"
+    if early:  # init before torch is imported, as traceml run's bootstrap does
         import traceml
 
         traceml.init(mode="auto")
@@ -68,7 +69,7 @@ def main(argv: list[str]) -> None:
             worker.TICK_S = worker.QUIET_TICK_S = 1e9
     elif mode == "peer":
         import traceml_ai as tm  # type: ignore[import-not-found, no-redef]
-    if tm is not None:
+    if tm is not None and not early:
         tm.init(mode="auto")
     if mode == "traceml-tb":
         from torch.utils.tensorboard import SummaryWriter
