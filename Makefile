@@ -45,6 +45,7 @@ example: demo
 
 bench: install
 	$(BIN)/python benchmarks/overhead.py
+	$(BIN)/python benchmarks/pinned.py
 	$(BIN)/python benchmarks/inloop.py
 	$(BIN)/python benchmarks/layers.py
 	$(BIN)/python benchmarks/fold.py
@@ -58,6 +59,7 @@ bench: install
 
 bench-quick: install
 	$(BIN)/python benchmarks/overhead.py --quick
+	$(BIN)/python benchmarks/pinned.py --rounds 2 --steps 3000
 	$(BIN)/python benchmarks/inloop.py --blocks 2 --steps 1000
 	$(BIN)/python benchmarks/layers.py --pairs 1 --steps 2000
 	$(BIN)/python benchmarks/fold.py --steps 50000

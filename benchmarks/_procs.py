@@ -178,7 +178,7 @@ def _run_tty(
     deadline = time.monotonic() + timeout
     seen_training = False
     while proc.poll() is None and time.monotonic() < deadline:
-        training = [pid for pid in meter.pids("training") if _alive(pid)]
+        training = [pid for pid in meter.pids("training") if alive(pid)]
         seen_training |= bool(meter.pids("training"))
         if seen_training and not training:
             os.write(master, b"q")
@@ -210,7 +210,7 @@ def start_in_pty(
     return proc, master, drain
 
 
-def _alive(pid: int) -> bool:
+def alive(pid: int) -> bool:
     try:
         return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
     except psutil.Error:
