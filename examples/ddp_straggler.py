@@ -8,6 +8,7 @@ Also: torchrun --nproc-per-node 2 -m traceml run examples/ddp_straggler.py
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import time
 
@@ -82,6 +83,11 @@ def main() -> None:
             opt.zero_grad(set_to_none=True)
             nn.functional.mse_loss(model(x), y).backward()
             opt.step()
+    # DDP's objects hold the process group in reference cycles: collected first, gloo's threads
+    # are joined at destroy_process_group, not at the interpreter's exit, where one freeing a
+    # finished collective can abort the rank (README, "Distributed runs").
+    del model, opt
+    gc.collect()
     dist.destroy_process_group()
 
 
