@@ -89,7 +89,11 @@ def probe_socket(
         sock.setsockopt(zmq.SUBSCRIBE, b"")
     sock.connect(endpoint)
     if kind == zmq.DEALER:
-        sock.send(Request("snapshot", 1).pack(), zmq.NOBLOCK)
+        # A DEALER queues on a connection in progress; one that the server has already refused
+        # (a client without CURVE against a CURVE server, over tcp) leaves none, and the send
+        # is refused too. Then no request reached the server: it cannot answer, as asserted.
+        with contextlib.suppress(zmq.Again):
+            sock.send(Request("snapshot", 1).pack(), zmq.NOBLOCK)
     return sock
 
 
