@@ -12,6 +12,7 @@ exact total only.
 from __future__ import annotations
 
 import fcntl
+import itertools
 import os
 import pty
 import resource
@@ -245,9 +246,25 @@ class TracedRank:
             raise SystemExit(
                 f"the training process failed ({self.proc.returncode}): {err.decode()}"
             )
-        durations = array("d")
-        durations.frombytes(self.out.read_bytes())
-        return durations
+        return step_times(self.out)
+
+
+def step_times(out: Path) -> array[float]:
+    """The per-step wall times (µs) that _workload.py wrote to `out`."""
+    times = array("d")
+    times.frombytes(out.read_bytes())
+    return times
+
+
+def step_ends(out: Path, times: array[float]) -> list[float]:
+    """When each step of `out`'s loop ended, on the host's perf_counter clock (one clock for
+    every process of the host): the loop's start plus the steps so far."""
+    return list(itertools.accumulate((us / 1e6 for us in times), initial=loop_start(out)))[1:]
+
+
+def loop_start(out: Path) -> float:
+    """When `out`'s loop began (perf_counter), as _workload.py wrote it to `out`.t0."""
+    return float(Path(f"{out}.t0").read_text())
 
 
 def start_traced_rank(

@@ -44,12 +44,11 @@ import statistics
 import sys
 import tempfile
 import time
-from array import array
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from _common import Loop, byte_compile, pct, round_differences, round_order, round_stderrs
-from _procs import RunResult, run_measured
+from _procs import RunResult, loop_start, run_measured, step_times
 
 HERE = Path(__file__).resolve().parent
 WORKLOAD = HERE / "_workload.py"
@@ -124,10 +123,7 @@ def env_for(arm: Arm, tmp: Path, peer_bin: Path | None) -> dict[str, str]:
 
 
 def read_steps(path: Path) -> list[float]:
-    times = array("d")
-    with open(path, "rb") as f:
-        times.frombytes(f.read())
-    return list(times)[WARMUP_STEPS:]
+    return list(step_times(path))[WARMUP_STEPS:]
 
 
 def measure(
@@ -182,9 +178,8 @@ def loop_cpu(got: RunResult, per_rank: list[Path], training: set[int]) -> float:
     where over the loop alone nothing but the loop counts."""
     by_thread = [json.loads(Path(f"{path}.threads").read_text()) for path in per_rank]
     threads = sum(cpu for rank in by_thread for cpu, _ in rank.values())
-    raw = array("d")
-    raw.frombytes(per_rank[0].read_bytes())
-    t0 = float(Path(f"{per_rank[0]}.t0").read_text())
+    raw = step_times(per_rank[0])
+    t0 = loop_start(per_rank[0])
     t1 = t0 + sum(raw) / 1e6
     others = sum(got.cpu_between(pid, t0, t1) for pid in got.readings if pid not in training)
     return (threads + others) / len(raw) * 1e6

@@ -33,11 +33,10 @@ import subprocess
 import sys
 import tempfile
 import time
-from array import array
 from pathlib import Path
 
 from _common import byte_compile, pct, round_order, stderr
-from _procs import alive, start_in_pty
+from _procs import alive, start_in_pty, step_ends, step_times
 from overhead import Arm, arms, calibrate, command, env_for
 
 WARMUP_STEPS = 200
@@ -47,22 +46,11 @@ TWIN_STEPS_FACTOR = 20
 arm's run has ended, so its loop spans the arm's whatever the arm's start-up costs."""
 
 
-def ends(path: Path) -> tuple[array[float], array[float]]:
-    """A loop's step times (µs) and each step's end (seconds, the host's perf_counter)."""
-    times = array("d")
-    times.frombytes(path.read_bytes())
-    t = float(Path(f"{path}.t0").read_text())
-    out = array("d")
-    for us in times:
-        t += us / 1e6
-        out.append(t)
-    return times, out
-
-
 def window(a: Path, b: Path) -> tuple[list[float], list[float], float]:
     """The steps of loops `a` and `b` that ended while both ran, past each one's warm-up, and the
     window's length in seconds."""
-    (ta, ea), (tb, eb) = ends(a), ends(b)
+    ta, tb = step_times(a), step_times(b)
+    ea, eb = step_ends(a, ta), step_ends(b, tb)
     if len(ta) <= WARMUP_STEPS or len(tb) <= WARMUP_STEPS:
         raise SystemExit(f"a loop ended within its warm-up: {a} {len(ta)}, {b} {len(tb)} steps")
     lo = max(ea[WARMUP_STEPS], eb[WARMUP_STEPS])

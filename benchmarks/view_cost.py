@@ -32,7 +32,7 @@ from pathlib import Path
 
 import psutil
 from _common import byte_compile, pct
-from _procs import start_in_pty, start_traced_rank
+from _procs import start_in_pty, start_traced_rank, step_ends
 
 RUN_ID = "viewcost-0001"
 SETTLE_S = 0.2
@@ -90,10 +90,7 @@ def report(
 ) -> None:
     if not Path(f"{out}.t0").exists():
         raise SystemExit("the training process did not write its steps")
-    ends, t = [], float(Path(f"{out}.t0").read_text())
-    for d in durations:
-        t += d / 1e6
-        ends.append(t)
+    ends = step_ends(out, durations)
 
     def steps_in(w: list[tuple[bool, float, float, float]]) -> list[float]:
         return [
