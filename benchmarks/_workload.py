@@ -2,10 +2,14 @@
 
 Run by benchmarks/overhead.py, layers.py and distributed.py, never by hand. Usage:
     python _workload.py MODE STEPS WIDTH BATCH OUT
-MODE is one of bare, traceml, traceml-early, traceml-asleep, traceml-tb, init, init-unpatched,
-peer.
-`bare` never imports traceml; `traceml` calls `traceml.init(mode="auto")` and `trace_step` (under
-`traceml run`, init was already done by the launcher's bootstrap and this call is ignored);
+MODE is one of bare, floor, traceml, traceml-early, traceml-asleep, traceml-tb, init,
+init-unpatched, peer.
+`bare` never imports traceml; `floor` is `bare` with what the cheapest timing of the same phases
+costs and no more: ten clock reads a step, inline where TraceML's boundaries are (the batch's
+wait, the step's start and end, forward, backward and the optimizer's step on each side), and one
+append of them to a bounded deque, which nothing reads; `traceml` calls
+`traceml.init(mode="auto")` and `trace_step` (under `traceml run`, init was already done by the
+launcher's bootstrap and this call is ignored);
 `traceml-early` is `traceml` with init before torch is imported (as under `traceml run`);
 `traceml-asleep` does the same with the tx thread asleep through the loop (no tick: it converts,
 folds and publishes every step at the exit, which is not timed);
@@ -86,6 +90,9 @@ def main(argv: list[str]) -> None:
         if mode == "init-unpatched" and session is not None:
             session.hooks.remove()
     loop = Loop(width, batch, ddp=world > 1)
+    if mode == "floor":
+        _floor(loop, steps, out)
+        return
     times = array("d", bytes(8 * steps))
     it = iter(loop.loader)
     model, step = loop.model, loop.step
@@ -112,6 +119,51 @@ def main(argv: list[str]) -> None:
             i += 1
     except Stop:
         del times[i:]
+    _write(out, times, t0, threads0)
+    if world > 1:
+        import gc
+
+        import torch.distributed as dist
+
+        dist.barrier()
+        # DDP's objects hold the process group in reference cycles: collected first, gloo's
+        # threads are joined at destroy_process_group, not at the interpreter's exit, where one
+        # freeing a finished collective can abort the rank (see README, "Distributed runs").
+        del loop, model, step, it
+        gc.collect()
+        dist.destroy_process_group()
+
+
+def _floor(loop: Loop, steps: int, out: str) -> None:
+    """The bare loop with the floor of timing it (the module's docstring; Loop.floor_step)."""
+    times = array("d", bytes(8 * steps))
+    it = iter(loop.loader)
+    clock = time.perf_counter_ns
+    threads0 = _threads()
+    t_prev = time.perf_counter()
+    t0 = t_prev
+    i = 0
+    signal.signal(signal.SIGUSR1, _stop)
+    try:
+        while i < steps:
+            w0 = clock()
+            try:
+                x, y = next(it)
+            except StopIteration:
+                it = iter(loop.loader)
+                continue
+            loop.floor_step(x, y, w0, clock())
+            now = time.perf_counter()
+            times[i] = (now - t_prev) * 1e6
+            t_prev = now
+            i += 1
+    except Stop:
+        del times[i:]
+    _write(out, times, t0, threads0)
+
+
+def _write(out: str, times: array[float], t0: float, threads0: dict[int, tuple[int, int]]) -> None:
+    """The loop's step times, start, CPU and threads' CPU, as the module's docstring says."""
     with open(out, "wb") as f:
         times.tofile(f)
     with open(f"{out}.t0", "w") as f:  # the loop's start on the host's monotonic clock
@@ -125,18 +177,6 @@ def main(argv: list[str]) -> None:
         f.write(f"{usage.ru_utime + usage.ru_stime!r} {os.getpid()}")
     with open(f"{out}.threads", "w") as f:
         json.dump(threads, f)
-    if world > 1:
-        import gc
-
-        import torch.distributed as dist
-
-        dist.barrier()
-        # DDP's objects hold the process group in reference cycles: collected first, gloo's
-        # threads are joined at destroy_process_group, not at the interpreter's exit, where one
-        # freeing a finished collective can abort the rank (see README, "Distributed runs").
-        del loop, model, step, it
-        gc.collect()
-        dist.destroy_process_group()
 
 
 def _threads() -> dict[int, tuple[int, int]]:

@@ -14,7 +14,19 @@ resolve a 10 µs target on a shared host. Here one process runs the overhead ben
             Python, which adds what benchmarks/fold.py shows (about 1.5 µs a step there);
 
 or, with --parts, the C path's parts: `trace_step` with no patch installed, then `trace_step`
-with one patch (dataloader, forward, backward, optimizer) at a time.
+with one patch (dataloader, forward, backward, optimizer) at a time;
+
+or, with --split, what the C arm's cost is made of:
+  floor     no patch, no trace_step: the same loop timed as cheaply as Python can (ten clock
+            reads inline and one append a step, _common.Loop.floor_step);
+  C         as above;
+  C, tx asleep  the C arm with the tx thread held asleep through the block (the benchmark
+            holds the lock each of its ticks takes first), then made to fold the block's steps
+            before the pause: the training thread's own cost, without the tx thread's work;
+  bare, tx asleep  bare with the tx thread held asleep the same way: what `C, tx asleep`
+            compares with, and what the idle tx thread's periodic work (the system sample, the
+            rank file) costs the bare blocks.
+Run it under `taskset -c 0` to put the tx thread on the training thread's core, as pinned.py does.
 
 Every block is followed by a pause long enough for the tx thread to fold and publish the
 block's last steps, and the block's CPU is read after it, so `CPU` holds every thread's work
@@ -41,12 +53,17 @@ from typing import Any
 
 from _common import Loop, c_step_timer, pct, quiet_shutdown
 
-PAUSE_S = 0.6
-"""After a block. While nobody listens the tx thread folds once a second, so part of a block's
-steps may be folded in the next block's time: every arm alike, in a shuffled order."""
+FLOOR = "floor"
+ASLEEP = "C, tx asleep"
+BARE_ASLEEP = "bare, tx asleep"
+PAUSE_S = 1.1
+"""After a block. While nobody listens the tx thread folds once a second: a pause a little longer
+than that has it fold the block's last steps in the pause, not in the next block's time, where
+they would land on whichever arm came next (0.6 s before: every arm alike, but the C arm's own
+cost then showed diluted over the others)."""
 
 
-def arms(summary: Path, parts: bool) -> dict[str, Any]:
+def arms(summary: Path, parts: bool, split: bool = False) -> dict[str, Any]:
     """Each arm's (hooks, step context, timer), set up once on one session; both timers feed
     the session's queue, so its tx thread folds their steps as a run's; `bare` is all None."""
     import torch
@@ -78,6 +95,16 @@ def arms(summary: Path, parts: bool) -> dict[str, Any]:
             for name in ("dataloader", "forward", "backward", "optimizer"):
                 result[f"+{name}"] = (Hooks(timer, on_error, every - {name}), step, timer)
             return result
+        if split:
+            return {
+                "bare": result["bare"],
+                FLOOR: (None, None, None),
+                "C": result["C"],
+                ASLEEP: result["C"],
+                BARE_ASLEEP: result["bare"],
+                "_torch": torch,
+                "_session": session,
+            }
     py = StepTimer(out, read_rss=rss)
     ctx = api.StepContext(session)
     ctx._timer = py  # the session's own timer is the C one
@@ -171,11 +198,19 @@ class GcByThread:
         self.by_thread[name] = (n + 1, ns + took)
 
 
-def run_block(loop: Loop, steps: int, traced: bool) -> tuple[list[float], float, float]:
+def run_block(
+    loop: Loop, steps: int, traced: bool, floor: bool = False, asleep: Any = None
+) -> tuple[list[float], float, float]:
     """Per-step wall µs of `steps` steps, the process CPU s up to the end of the pause, and the
-    perf_counter() at which the first step began."""
+    perf_counter() at which the first step began. `floor`: Loop.floor_block's steps; `asleep`:
+    the session's TxWorker, held asleep through the block, then made to fold it."""
     cpu0 = time.process_time()
-    times = loop.block(steps, traced)
+    if asleep is not None:
+        with asleep._ticked:  # every tick takes it first: the tx thread waits here, asleep
+            times = loop.block(steps, traced)
+        asleep.flush(10.0)
+    else:
+        times = loop.floor_block(steps) if floor else loop.block(steps, traced)
     started = loop.started
     time.sleep(PAUSE_S)
     return times, time.process_time() - cpu0, started
@@ -236,6 +271,11 @@ def main() -> None:
         "--parts", action="store_true", help="C arms only: trace_step alone, then each patch alone"
     )
     ap.add_argument(
+        "--split",
+        action="store_true",
+        help="bare, floor, C, and C and bare with the tx thread asleep",
+    )
+    ap.add_argument(
         "--tx", type=int, metavar="STEPS", help="only the tx thread's CPU per part, over STEPS"
     )
     a = ap.parse_args()
@@ -251,7 +291,9 @@ def main() -> None:
         shutil.rmtree(tmp, ignore_errors=True)
         return
     spans, stop_noting = note_busy_spans()
-    setups = arms(tmp / "final_summary.json", a.parts)
+    if a.parts and a.split:
+        ap.error("--parts and --split are two different sets of arms: one at a time")
+    setups = arms(tmp / "final_summary.json", a.parts, a.split)
     torch = setups.pop("_torch")
     session = setups.pop("_session")
     names = list(setups)
@@ -274,7 +316,13 @@ def main() -> None:
             # Every arm's steps go through `traceml.trace_step(model)`, as a user's do: the
             # session hands out this arm's context and reads this arm's timer.
             session.step_ctx, session.timer = ctx, timer
-        times, cpu, started = run_block(loop, a.steps, traced=hooks is not None)
+        times, cpu, started = run_block(
+            loop,
+            a.steps,
+            traced=hooks is not None,
+            floor=name == FLOOR,
+            asleep=session.worker if name in (ASLEEP, BARE_ASLEEP) else None,
+        )
         step = timer.step if timer is not None else step
         walls[name].append(times)
         cpus[name].append(cpu)

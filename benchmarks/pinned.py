@@ -1,7 +1,7 @@
 """What a run costs when all of it shares the training's one core, measured beside a bare twin.
 
 Run: .venv/bin/python benchmarks/pinned.py [--rounds N] [--steps N] [--size 0.4|1] [--peer]
-     [--seed N]
+     [--seed N] [--arms bare,floor,trace_step,no-live,live,peer]
 
 overhead.py runs its arms one after the other, and this host's speed drifts from one process to
 the next by 10-20 µs a 0.4 ms step: even over twelve rounds its standard errors are 2-9 µs. Here
@@ -18,9 +18,13 @@ one figure: what a job with no core to spare pays. Where other cores are idle (o
 arms, a real job's spare cores) part of that runs beside the loop instead and costs it less.
 
 Arms (each beside its own bare twin): bare (the noise: a bare process against a bare twin),
-`trace_step`, `traceml run --no-live`, `traceml run` with the live view in a 120x40 pty, and
-with --peer traceml-ai 0.5.0's `traceml run`. Per arm: the mean step and the p99 added to its
-twin's over their common window, as the mean over the rounds and its standard error.
+floor (the same loop timed by hand as cheaply as Python can: ten clock reads inline and one
+append a step, nothing else; what any tool that times these phases from Python pays),
+`trace_step`, `traceml run --no-live`, `traceml run` with the live view in a 120x40 pty, and with
+--peer traceml-ai 0.5.0's `traceml run`; and when --arms names them, TraceML's patches with no
+step opened (`init`) and `trace_step` with the tx thread asleep (`asleep`). Per arm: the mean
+step and the p99 added to its twin's over their common window, as the mean over the rounds and
+its standard error.
 """
 
 from __future__ import annotations
@@ -41,6 +45,27 @@ from overhead import Arm, arms, calibrate, command, env_for
 
 WARMUP_STEPS = 200
 """Steps at the start of each loop left out (first iterations, the tx thread's first tick)."""
+FLOOR = Arm("floor", "floor")
+"""The bare loop with what the cheapest timing of its phases costs (ten clock reads inline and one
+append a step, nothing reading them: _workload.py): the floor under TraceML's own cost."""
+SPLIT = [
+    Arm("init, no trace_step", "init"),
+    Arm("trace_step, tx asleep", "traceml-asleep"),
+]
+"""Arms that split `trace_step`'s cost, run only when --arms names them: TraceML's patches with
+no step ever opened, and `trace_step` with the tx thread asleep through the loop (it folds at the
+exit, outside the loop's window)."""
+KEYS = {
+    "bare": "bare",
+    "floor": "floor",
+    "init, no trace_step": "init",
+    "trace_step, tx asleep": "asleep",
+    "trace_step": "trace_step",
+    "run --no-live": "no-live",
+    "run, live view": "live",
+    "traceml-ai 0.5.0": "peer",
+}
+"""--arms' name of each arm."""
 TWIN_STEPS_FACTOR = 20
 """The bare twin is asked for this many times the arm's steps and stopped (SIGUSR1) once the
 arm's run has ended, so its loop spans the arm's whatever the arm's start-up costs."""
@@ -131,7 +156,17 @@ def main() -> None:
     ap.add_argument("--size", type=float, default=0.4, help="bare step in ms (sets the width)")
     ap.add_argument("--seed", type=int, default=0, help="draws each round's order of the arms")
     ap.add_argument("--peer", action="store_true", help="add traceml-ai 0.5.0 (pip installs it)")
+    ap.add_argument(
+        "--arms",
+        type=lambda text: set(text.split(",")),
+        help=f"only these arms, comma-separated, of: {', '.join(KEYS.values())} (default: all"
+        " but init and asleep)",
+    )
     a = ap.parse_args()
+    if a.arms is not None and not a.arms <= set(KEYS.values()):
+        ap.error(f"unknown arm in --arms: {', '.join(sorted(a.arms - set(KEYS.values())))}")
+    if a.arms is not None and "peer" in a.arms and not a.peer:
+        ap.error("--arms peer needs --peer")
     cpus = sorted(os.sched_getaffinity(0))
     if len(cpus) < 2:
         raise SystemExit("pinned.py needs two CPUs (one for each process of a pair)")
@@ -145,7 +180,12 @@ def main() -> None:
 
         peer_bin = make_peer_venv()
     width = calibrate(a.size)
-    all_arms = [Arm("bare", "bare"), *(x for x in arms(peer_bin) if x.mode != "bare")]
+    every = [Arm("bare", "bare"), FLOOR, *(x for x in arms(peer_bin) if x.mode != "bare")]
+    if a.arms is None:
+        all_arms = every
+    else:
+        every[2:2] = SPLIT
+        all_arms = [x for x in every if KEYS[x.name] in a.arms]
     added: dict[str, list[float]] = {x.name: [] for x in all_arms}
     p99s: dict[str, list[float]] = {x.name: [] for x in all_arms}
     twin_means: list[float] = []
@@ -172,9 +212,9 @@ def main() -> None:
             f"  {arm.name:22} {statistics.fmean(d):+8.1f} ± {stderr(d):4.1f}"
             f" {statistics.fmean(q):+7.0f} % ± {stderr(q):3.0f}"
         )
-    if peer_bin is not None:
+    if "traceml-ai 0.5.0" in added:
         peer = statistics.fmean(added["traceml-ai 0.5.0"])
-        for name in ("trace_step", "run --no-live", "run, live view"):
+        for name in (x for x in ("trace_step", "run --no-live", "run, live view") if x in added):
             ours = statistics.fmean(added[name])
             ratio = f"{peer / ours:.1f}x" if ours > 0 else "n/a (ours not above bare)"
             print(f"  traceml-ai / {name}: {ratio}")
