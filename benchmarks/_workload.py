@@ -7,7 +7,8 @@ init-unpatched, peer.
 `bare` never imports traceml; `floor` is `bare` with what the cheapest timing of the same phases
 costs and no more: ten clock reads a step, inline where TraceML's boundaries are (the batch's
 wait, the step's start and end, forward, backward and the optimizer's step on each side), and one
-append of them to a bounded deque, which nothing reads; `traceml` calls
+append of them to a bounded deque, which nothing reads (one process only: no torchrun; its loop
+is the bare one's, copied, so that neither pays a branch for the other); `traceml` calls
 `traceml.init(mode="auto")` and `trace_step` (under `traceml run`, init was already done by the
 launcher's bootstrap and this call is ignored);
 `traceml-early` is `traceml` with init before torch is imported (as under `traceml run`);
