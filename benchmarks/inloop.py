@@ -21,8 +21,10 @@ or, with --split, what the C arm's cost is made of:
             reads inline and one append a step, _common.Loop.floor_step);
   C         as above;
   C, tx asleep  the C arm with the tx thread held asleep through the block (the benchmark
-            holds the lock each of its ticks takes first), then made to fold the block's steps
-            before the pause: the training thread's own cost, without the tx thread's work;
+            holds the lock each of its ticks takes first; while nobody listens its samples ride
+            on the ticks, except beside a loop faster than about 0.24 ms a step, whose
+            once-a-second sample still runs), then made to fold the block's steps before the
+            pause: the training thread's own cost, without the tx thread's work;
   bare, tx asleep  bare with the tx thread held asleep the same way: what `C, tx asleep`
             compares with, and what the idle tx thread's periodic work (the system sample, the
             rank file) costs the bare blocks.
