@@ -47,6 +47,7 @@ bench: install
 	$(BIN)/python benchmarks/overhead.py
 	$(BIN)/python benchmarks/pinned.py
 	$(BIN)/python benchmarks/inloop.py
+	$(BIN)/python benchmarks/threaded.py
 	$(BIN)/python benchmarks/layers.py
 	$(BIN)/python benchmarks/fold.py
 	$(BIN)/python benchmarks/transport.py
@@ -61,6 +62,7 @@ bench-quick: install
 	$(BIN)/python benchmarks/overhead.py --quick
 	$(BIN)/python benchmarks/pinned.py --rounds 2 --steps 3000
 	$(BIN)/python benchmarks/inloop.py --blocks 2 --steps 1000
+	$(BIN)/python benchmarks/threaded.py --blocks 8 --steps 1000
 	$(BIN)/python benchmarks/layers.py --pairs 1 --steps 2000
 	$(BIN)/python benchmarks/fold.py --steps 50000
 	$(BIN)/python benchmarks/transport.py --steps 10000 --snapshot 20000 --seconds 1

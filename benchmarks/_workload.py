@@ -2,13 +2,17 @@
 
 Run by benchmarks/overhead.py, layers.py and distributed.py, never by hand. Usage:
     python _workload.py MODE STEPS WIDTH BATCH OUT
-MODE is one of bare, floor, traceml, traceml-early, traceml-asleep, traceml-tb, init,
+MODE is one of bare, threaded, floor, traceml, traceml-early, traceml-asleep, traceml-tb, init,
 init-unpatched, peer.
-`bare` never imports traceml; `floor` is `bare` with what the cheapest timing of the same phases
-costs and no more: ten clock reads a step, inline where TraceML's boundaries are (the batch's
-wait, the step's start and end, forward, backward and the optimizer's step on each side), and one
-append of them to a bounded deque, which nothing reads (one process only: no torchrun; its loop
-is the bare one's, copied, so that neither pays a branch for the other); `traceml` calls
+`bare` never imports traceml and never starts a thread: its process stays single-threaded;
+`threaded` is `bare` in a process that has run one thread (started and ended before the loop),
+as every process that has started any thread is for good, and as every job with DataLoader
+workers, intra-op threads, CUDA or a process group is (benchmarks/threaded.py says what that
+changes); `floor` is `bare` with what the cheapest timing of the same phases costs and no
+more: ten clock reads a step, inline where TraceML's boundaries are (the batch's wait, the step's
+start and end, forward, backward and the optimizer's step on each side), and one append of them
+to a bounded deque, which nothing reads (one process only: no torchrun; its loop is the bare
+one's, copied, so that neither pays a branch for the other); `traceml` calls
 `traceml.init(mode="auto")` and `trace_step` (under `traceml run`, init was already done by the
 launcher's bootstrap and this call is ignored);
 `traceml-early` is `traceml` with init before torch is imported (as under `traceml run`);
@@ -58,6 +62,11 @@ def main(argv: list[str]) -> None:
     import torch
 
     torch.set_num_threads(1)
+    if mode == "threaded":
+        one = threading.Thread(target=lambda: None)
+        one.start()
+        one.join()
+        mode = "bare"
     world = int(os.environ.get("WORLD_SIZE", "1"))
     if world > 1:
         import torch.distributed as dist

@@ -1,7 +1,7 @@
 """What a run costs when all of it shares the training's one core, measured beside a bare twin.
 
 Run: .venv/bin/python benchmarks/pinned.py [--rounds N] [--steps N] [--size 0.4|1] [--peer]
-     [--seed N] [--arms bare,floor,trace_step,no-live,live,peer]
+     [--seed N] [--arms bare,floor,threaded,trace_step,no-live,live,peer]
 
 overhead.py runs its arms one after the other, and this host's speed drifts from one process to
 the next by 10-20 µs a 0.4 ms step: even over twelve rounds its standard errors are 2-9 µs. Here
@@ -20,6 +20,9 @@ arms, a real job's spare cores) part of that runs beside the loop instead and co
 Arms (each beside its own bare twin): bare (the noise: a bare process against a bare twin),
 floor (the same loop timed by hand as cheaply as Python can: ten clock reads inline and one
 append a step, nothing else; what any tool that times these phases from Python pays),
+bare in a process that has run one thread (`threaded`: the loop's process is no longer
+single-threaded, as with any thread TraceML's or another's starts, and as every job with
+DataLoader workers, intra-op threads, CUDA or a process group already is; benchmarks/threaded.py),
 `trace_step`, `traceml run --no-live`, `traceml run` with the live view in a 120x40 pty, and with
 --peer traceml-ai 0.5.0's `traceml run`; and when --arms names them, TraceML's patches with no
 step opened (`init`) and `trace_step` with the tx thread asleep (`asleep`). Per arm: the mean
@@ -48,6 +51,10 @@ WARMUP_STEPS = 200
 FLOOR = Arm("floor", "floor")
 """The bare loop with what the cheapest timing of its phases costs (ten clock reads inline and one
 append a step, nothing reading them: _workload.py): the floor under TraceML's own cost."""
+THREADED = Arm("bare, threaded", "threaded")
+"""The bare loop in a process that has run one thread before it (_workload.py): what leaving
+glibc's and libstdc++'s single-threaded paths costs, part of any in-process tool's cost on a
+single-threaded loop and of none on a job already multi-threaded."""
 SPLIT = [
     Arm("init, no trace_step", "init"),
     Arm("trace_step, tx asleep", "traceml-asleep"),
@@ -58,6 +65,7 @@ exit, outside the loop's window)."""
 KEYS = {
     "bare": "bare",
     "floor": "floor",
+    "bare, threaded": "threaded",
     "init, no trace_step": "init",
     "trace_step, tx asleep": "asleep",
     "trace_step": "trace_step",
@@ -180,11 +188,16 @@ def main() -> None:
 
         peer_bin = make_peer_venv()
     width = calibrate(a.size)
-    every = [Arm("bare", "bare"), FLOOR, *(x for x in arms(peer_bin) if x.mode != "bare")]
+    every = [
+        Arm("bare", "bare"),
+        FLOOR,
+        THREADED,
+        *(x for x in arms(peer_bin) if x.mode != "bare"),
+    ]
     if a.arms is None:
         all_arms = every
     else:
-        every[2:2] = SPLIT
+        every[3:3] = SPLIT
         all_arms = [x for x in every if KEYS[x.name] in a.arms]
     added: dict[str, list[float]] = {x.name: [] for x in all_arms}
     p99s: dict[str, list[float]] = {x.name: [] for x in all_arms}
