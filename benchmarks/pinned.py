@@ -53,8 +53,8 @@ FLOOR = Arm("floor", "floor")
 append a step, nothing reading them: _workload.py): the floor under TraceML's own cost."""
 THREADED = Arm("bare, threaded", "threaded")
 """The bare loop in a process that has run one thread before it (_workload.py): what leaving
-glibc's and libstdc++'s single-threaded paths costs, part of any in-process tool's cost on a
-single-threaded loop and of none on a job already multi-threaded."""
+glibc's single-threaded paths (malloc and free without locks) costs, part of any in-process
+tool's cost on a single-threaded loop and of none on a job already multi-threaded."""
 SPLIT = [
     Arm("init, no trace_step", "init"),
     Arm("trace_step, tx asleep", "traceml-asleep"),

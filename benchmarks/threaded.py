@@ -3,10 +3,10 @@
 Run: .venv/bin/python benchmarks/threaded.py [--width W] [--blocks N] [--steps N]
 
 A process that has only ever run one thread has glibc's `__libc_single_threaded` set, and glibc
-(2.35 and later: malloc and free) and libstdc++ (the reference counts of `std::shared_ptr`,
-which torch's autograd graph holds) then take paths without atomic instructions. The first
-thread a process creates clears it for good, whatever that thread does and even after it has
-ended. TraceML's tx thread and ZeroMQ's I/O thread clear it, as would any other tool's thread;
+(2.36 here) then takes paths without locks or atomic instructions, malloc and free among them
+(torch's own libraries do not read the flag: their reference counts are atomic either way). The
+first thread a process creates clears it for good, whatever that thread does and even after it
+has ended. TraceML's tx thread and ZeroMQ's I/O thread clear it, as would any other tool's thread;
 so do a DataLoader with workers, more than one intra-op thread, CUDA and any process group.
 So does importing torch without OMP_NUM_THREADS=1 in the environment (its OpenMP pool starts a
 thread at once, whatever `torch.set_num_threads` says later). The overhead benchmarks' loop has
@@ -19,8 +19,8 @@ the order ABBA, with the flag cleared in the B blocks and set again in the A blo
 safe only because no other thread exists (checked before every block). Figures are µs added
 to the mean step and to the p99 by the cleared flag; `noise` is the difference between the
 means of two sets of A blocks (every other one), what the same arm moves by within the run.
-Then the same for one torch op in a tight loop (`torch.add` into a new tensor: its allocation
-and its refcounts), where the loop's other costs are absent.
+Then the same for one torch op in a tight loop (`torch.add` into a new tensor: its
+allocation), where the loop's other costs are absent.
 """
 
 from __future__ import annotations
