@@ -62,7 +62,7 @@ def round_differences(rounds: dict[str, list[float]]) -> dict[str, tuple[float, 
     bare = [(x + y) / 2 for x, y in zip(bare_a, bare_b, strict=True)]
     diffs = {"bare A - bare B": [x - y for x, y in zip(bare_a, bare_b, strict=True)]}
     for name, values in rounds.items():
-        if not name.startswith("bare") and len(values) == len(bare):
+        if name not in ("bare A", "bare B") and len(values) == len(bare):
             diffs[name] = [v - b for v, b in zip(values, bare, strict=True)]
     return {name: (statistics.fmean(d), stderr(d)) for name, d in diffs.items()}
 

@@ -9,7 +9,11 @@ separate process in each arm, at two run lengths, the arms interleaved round by 
 round in an order of its own drawn from --seed (see _common.round_order):
 
   bare A, bare B   `python script`, no traceml import at all (two arms: their difference is the
-                   noise beside every figure)
+                   noise beside every figure); the script never starts a thread
+  bare, threaded   the same in a process that has run one thread before its loop, as every job
+                   with DataLoader workers, intra-op threads, CUDA or a process group is (and as
+                   TraceML's threads make it): what a job already multi-threaded is measured
+                   against (benchmarks/threaded.py)
   trace_step       `python script` calling traceml.init(mode="auto") + trace_step
   run --no-live    `traceml run --no-live script` (launcher + bootstrap + the same script)
   run, live view   `traceml run script` under a 120x40 pty: the launcher runs the live view
@@ -85,11 +89,18 @@ class Samples:
     """Each long run's CPU over its timed loop alone, µs a step, every process: see loop_cpu."""
 
 
+THREADED = Arm("bare, threaded", "threaded")
+"""The bare loop in a process that has run one thread before it (_workload.py): what leaving
+glibc's single-threaded paths (malloc and free without locks) costs, part of any in-process
+tool's cost on a single-threaded loop and of none on a job already multi-threaded."""
+
+
 def arms(peer_bin: Path | None) -> list[Arm]:
     py = sys.executable
     out = [
         Arm("bare A", "bare"),
         Arm("bare B", "bare"),
+        THREADED,
         Arm("trace_step", "traceml"),
         Arm("run --no-live", "traceml", (py, "-m", "traceml", "run", "--no-live")),
         Arm("run, live view", "traceml", (py, "-m", "traceml", "run"), tty=True),

@@ -51,10 +51,6 @@ WARMUP_STEPS = 200
 FLOOR = Arm("floor", "floor")
 """The bare loop with what the cheapest timing of its phases costs (ten clock reads inline and one
 append a step, nothing reading them: _workload.py): the floor under TraceML's own cost."""
-THREADED = Arm("bare, threaded", "threaded")
-"""The bare loop in a process that has run one thread before it (_workload.py): what leaving
-glibc's single-threaded paths (malloc and free without locks) costs, part of any in-process
-tool's cost on a single-threaded loop and of none on a job already multi-threaded."""
 SPLIT = [
     Arm("init, no trace_step", "init"),
     Arm("trace_step, tx asleep", "traceml-asleep"),
@@ -188,12 +184,8 @@ def main() -> None:
 
         peer_bin = make_peer_venv()
     width = calibrate(a.size)
-    every = [
-        Arm("bare", "bare"),
-        FLOOR,
-        THREADED,
-        *(x for x in arms(peer_bin) if x.mode != "bare"),
-    ]
+    # overhead's arms after its bare pair: `bare, threaded`, then TraceML's and the peer's
+    every = [Arm("bare", "bare"), FLOOR, *(x for x in arms(peer_bin) if x.mode != "bare")]
     if a.arms is None:
         all_arms = every
     else:
