@@ -66,6 +66,12 @@ def set_flag(flag: ctypes.c_char, single: bool) -> None:
     flag.value = b"\x01" if single else b"\x00"
 
 
+def single_in(i: int) -> bool:
+    """Whether measurement `i` runs single-threaded: the order ABBA, so that a drift over the run
+    falls on both halves alike."""
+    return i % 4 in (0, 3)
+
+
 def loop_blocks(
     flag: ctypes.c_char, width: int, blocks: int, steps: int
 ) -> tuple[list[float], list[float], list[float], list[float]]:
@@ -75,7 +81,7 @@ def loop_blocks(
     means: dict[bool, list[float]] = {True: [], False: []}
     steps_of: dict[bool, list[float]] = {True: [], False: []}
     for b in range(blocks):
-        single = b % 4 in (0, 3)  # ABBA
+        single = single_in(b)
         set_flag(flag, single)
         times = loop.block(steps)
         means[single].append(statistics.fmean(times))
@@ -93,7 +99,7 @@ def op_ns(flag: ctypes.c_char, rounds: int) -> tuple[float, float]:
     add = torch.add
     got: dict[bool, list[float]] = {True: [], False: []}
     for r in range(2 * rounds):
-        single = r % 4 in (0, 3)
+        single = single_in(r)
         set_flag(flag, single)
         t0 = time.perf_counter_ns()
         for _ in range(OP_CALLS):
