@@ -91,6 +91,10 @@ class Settings:
     """Auto-mode patches left out (TRACEML_SKIP, names from PATCHES); their phase reads null."""
     c_timer: bool = True
     """Use the C step timer when it is built (TRACEML_C_TIMER=0: the pure-Python one)."""
+    inline: bool = True
+    """The tx worker's beats (fold, publish, samples) run on the training thread at the end of
+    the step that finds one due, the tx thread beating only when no step ends in time
+    (TRACEML_INLINE=0: on the tx thread alone, as before 2026-12-07)."""
 
 
 def c_enabled(env: Mapping[str, str] | None = None) -> bool:
@@ -139,6 +143,7 @@ def settings_from_env(mode: str = "auto", env: Mapping[str, str] | None = None) 
         listen="tcp" if listen == "tcp" else "ipc",
         insecure=_flag(env, "TRACEML_INSECURE", False),
         skip=parse_skip(env.get("TRACEML_SKIP", "")),
+        inline=_flag(env, "TRACEML_INLINE", True),
         c_timer=c_enabled(env),
     )
 

@@ -176,9 +176,9 @@ class SystemSample:
     gpu_power_w: float | None = None
     gpu_temp_c: float | None = None
     traceml_cpu_pct: float | None = None
-    """CPU of TraceML's own background thread in this process since the previous sample (100 =
-    one full core): what folding, publishing and sampling cost; the training thread's hooks
-    are not in it."""
+    """CPU of TraceML's own periodic work in this process since the previous sample (100 = one
+    full core): what folding, publishing and sampling cost, on the training thread or the tx
+    thread, whichever ran it; the hooks' timestamps are not in it."""
 
     def to_wire(self) -> list[Any]:
         return [

@@ -212,4 +212,4 @@ def test_the_summary_says_what_traceml_own_thread_cost(tmp_path: Path) -> None:
     system = json.loads(summary.read_text())["system"]
     own = system["traceml_cpu_pct_avg"]
     assert own is not None and 0.0 < own < system["cpu_pct_avg"]
-    assert f"(TraceML thread {own:.1f} %)" in proc.stderr
+    assert f"(TraceML {own:.1f} %)" in proc.stderr

@@ -184,9 +184,9 @@ SYSTEM_FIELDS = (
 
 
 def own_cpu_note(pct: float | None) -> str:
-    """TraceML's thread's share, said beside the process CPU (card and live view) only where
+    """TraceML's own work's share, said beside the process CPU (card and live view) only where
     it was measured: summaries written before it was have none."""
-    return "" if pct is None else f" (TraceML thread {pct:.1f} %)"
+    return "" if pct is None else f" (TraceML {pct:.1f} %)"
 
 
 def _system_line(system: Mapping[str, Any]) -> str:

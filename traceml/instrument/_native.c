@@ -223,6 +223,8 @@ typedef struct {
     long long step;
     PyObject **pool;      /* RawSteps handed back by the tx thread (recycle) */
     Py_ssize_t pool_n;
+    PyObject *beat;       /* NULL or the tx worker's beat(t): the periodic work, inline */
+    long long beat_due;   /* the clock's ns at which a step's end calls beat */
 } Timer;
 
 /* The clock a test gave the timer (StepTimer(clock=...)). */
@@ -525,6 +527,31 @@ call_ll(PyObject *fn, long long otherwise, long long *out)
     return *out == -1 && PyErr_Occurred() ? -1 : 0;
 }
 
+/* The due beat, at the end of the step that ended at `t`: beat(t) returns the next due time.
+ * Until it returns, the next is a second away, so a beat that raised (KeyboardInterrupt: the
+ * worker's beat catches every Exception) is tried again a second later. */
+COLD static int
+call_beat(Timer *self, long long t)
+{
+    self->beat_due = t + 1000000000LL;
+    PyObject *arg = PyLong_FromLongLong(t);
+    if (arg == NULL) {
+        return -1;
+    }
+    PyObject *r = PyObject_CallOneArg(self->beat, arg);
+    Py_DECREF(arg);
+    if (r == NULL) {
+        return -1;
+    }
+    long long due = PyLong_AsLongLong(r);
+    Py_DECREF(r);
+    if (due == -1 && PyErr_Occurred()) {
+        return -1;
+    }
+    self->beat_due = due;
+    return 0;
+}
+
 static int
 timer_exit(Timer *self)
 {
@@ -590,6 +617,9 @@ timer_exit(Timer *self)
         return -1;
     }
     Py_DECREF(r);
+    if (self->beat != NULL && UNLIKELY(t >= self->beat_due)) {
+        return call_beat(self, t);
+    }
     return 0;
 fail:
     Py_DECREF(raw);
@@ -652,6 +682,14 @@ Timer_use_comm(Timer *self, PyObject *take)
     Py_RETURN_NONE;
 }
 
+static PyObject *
+Timer_use_beat(Timer *self, PyObject *beat)
+{
+    set_optional(&self->beat, beat);
+    self->beat_due = 0; /* the first step's end asks */
+    Py_RETURN_NONE;
+}
+
 /* Whether phase `idx` is the innermost one open (Timer.in_phase; forward's Roots asks it of
  * backward). */
 static int
@@ -706,6 +744,8 @@ Timer_init(Timer *self, PyObject *args, PyObject *kwds)
     set_optional(&self->mark, mark);
     Py_CLEAR(self->read_device);
     Py_CLEAR(self->comm);
+    Py_CLEAR(self->beat);
+    self->beat_due = 0;
     Py_CLEAR(self->marks);
     if (self->mark != NULL && (self->marks = PyList_New(0)) == NULL) {
         return -1;
@@ -731,6 +771,7 @@ Timer_traverse(Timer *self, visitproc visit, void *arg)
     Py_VISIT(self->mark);
     Py_VISIT(self->read_device);
     Py_VISIT(self->comm);
+    Py_VISIT(self->beat);
     Py_VISIT(self->marks);
     return 0; /* the pool's RawSteps are not the collector's: they hold None there */
 }
@@ -753,6 +794,7 @@ Timer_clear(Timer *self)
     Py_CLEAR(self->mark);
     Py_CLEAR(self->read_device);
     Py_CLEAR(self->comm);
+    Py_CLEAR(self->beat);
     Py_CLEAR(self->marks);
     return 0;
 }
@@ -776,6 +818,8 @@ static PyMethodDef Timer_methods[] = {
     {"use_cuda", (PyCFunction)(void (*)(void))Timer_use_cuda, METH_FASTCALL,
      "Record a CUDA event at each boundary and device memory per step."},
     {"use_comm", (PyCFunction)Timer_use_comm, METH_O, "Ask take() for each step's comm wait."},
+    {"use_beat", (PyCFunction)Timer_use_beat, METH_O,
+     "Call beat(t) at a step's end once its clock reads the due time beat last returned."},
     {"in_phase", (PyCFunction)Timer_in_phase, METH_O, "True while idx is the innermost phase."},
     {"recycle", (PyCFunction)Timer_recycle, METH_O,
      "Take back a list of RawSteps the caller is done with, for reuse (tx thread)."},

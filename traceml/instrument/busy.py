@@ -1,13 +1,14 @@
-"""The tx thread's own busy spans, and which training steps they overlapped.
+"""The tx worker's busy spans (its beats), and which training steps they overlapped.
 
-The tx thread folds a tick's steps in one go and holds the GIL for it: a few ms on a fast loop.
-A training step that needs the interpreter meanwhile waits, and comes out a few times slower
-than its neighbours. That wait is TraceML's cost, not the loop's, so it must not be diagnosed as
-the loop's spike (at 0.2 ms a step, 4 ticks a second made 7 % of a million-step run's step time
-look like STEP_SPIKES). The tx thread notes each span it runs Python in; when it converts a step it
+A beat folds a tick's steps in one go: a few ms on a fast loop. On the training thread (at a
+step's end) it delays the next step by all of it; on the tx thread it holds the GIL, and a
+training step that needs the interpreter meanwhile waits. Either way the step comes out a few
+times slower than its neighbours. That time is TraceML's cost, not the loop's, so it must not be
+diagnosed as the loop's spike (at 0.2 ms a step, 4 ticks a second made 7 % of a million-step
+run's step time look like STEP_SPIKES). Each beat notes its span; when it converts a step it
 measures how long the step overlapped those spans, and the record carries it
-(`StepRecord.held_ms`). The overlap bounds what TraceML can have delayed the step: the training
-thread may have been in C code (GIL released) for part of it.
+(`StepRecord.held_ms`). The overlap bounds what TraceML can have delayed the step: on the tx
+thread, the training thread may have been in C code (GIL released) for part of it.
 
 Pure and clock-free: spans are perf_counter_ns pairs given by the caller, the same clock as the
 step timer's.
@@ -31,7 +32,7 @@ _END_NS = operator.itemgetter(2)
 
 
 class BusySpans:
-    """Spans of the tx thread's work, and their overlap with the steps it converts."""
+    """Spans of the beats' work, and their overlap with the steps they convert."""
 
     __slots__ = ("_spans",)
 
@@ -42,7 +43,7 @@ class BusySpans:
         return len(self._spans)
 
     def add(self, start_ns: int, end_ns: int) -> None:
-        """The tx thread was busy from `start_ns` to `end_ns` (spans come in time order)."""
+        """A beat ran from `start_ns` to `end_ns` (spans come in time order)."""
         if end_ns > start_ns:
             self._spans.append((start_ns, end_ns))
 

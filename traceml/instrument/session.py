@@ -91,6 +91,8 @@ class Session:
         _preload_finish()
         self.worker = TxWorker(self._worker_parts())
         self.worker.start()
+        if self.settings.inline:
+            self.timer.use_beat(self.worker.beat)
         atexit.register(self.shutdown)
         self._install_exit_handlers()
         os.register_at_fork(after_in_child=self._after_fork_child)
@@ -262,6 +264,7 @@ class Session:
     def _after_fork_child(self) -> None:
         # A forked child (DataLoader worker) must never touch the parent's sockets or files.
         self.closed = True
+        self.timer.use_beat(None)  # the parent's worker, sockets and lock are not the child's
         self.hooks.forget_thread()
         self.hooks = Hooks(self.timer, self.on_error)
         self.raw.clear()
@@ -277,6 +280,7 @@ class Session:
             if exit_kind is not None:
                 self.exit = exit_kind
             self.hooks.remove()
+            self.timer.use_beat(None)
             atexit.unregister(self.shutdown)
             self._stop_worker()
         finally:

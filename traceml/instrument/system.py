@@ -1,5 +1,5 @@
-"""System signals at about 1 Hz, sampled on the tx thread: process and host CPU, host memory, GPU,
-and the CPU of the tx thread itself (TraceML's own cost, measured on every run).
+"""System signals at about 1 Hz, sampled in the tx worker's beats: process and host CPU, host
+memory, GPU, and the CPU of those beats themselves (TraceML's own cost, measured on every run).
 
 Every probe fails soft (probe.py): a missing or raising psutil or NVML leaves fields None. On
 Linux the host's CPU and memory come from /proc directly (procfs.py, the same numbers as psutil's
@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 from typing import Any
 
 from traceml.instrument.nvml import Nvml
@@ -42,15 +43,18 @@ class SystemSampler:
             except Exception:  # noqa: BLE001 - sampling is optional
                 self._psutil = None
         self._nvml = Nvml.open(gpu_index, expect_gpu=True) if gpu_index is not None else None
+        self.own_cpu: Callable[[], float] = time.thread_time
+        """TraceML's own CPU seconds so far: the tx worker's beats, on whichever thread ran them
+        (TxWorker.cpu_so_far); the sampling thread's CPU until a worker sets it."""
         self._own: tuple[float, float] | None = None
-        """(thread CPU, monotonic) seconds at the previous sample, read on the sampling thread."""
+        """(own CPU, monotonic) seconds at the previous sample."""
         self._process: tuple[float, float] | None = None
         probe("process cpu", self.process_cpu_pct, None)
 
     def own_cpu_pct(self) -> float | None:
-        """CPU of the calling thread (the tx thread) since the previous call, 100 = one core;
-        None on the first call."""
-        last, self._own = self._own, (time.thread_time(), time.monotonic())
+        """TraceML's own CPU (own_cpu) since the previous call, 100 = one core; None on the
+        first call."""
+        last, self._own = self._own, (self.own_cpu(), time.monotonic())
         return cpu_pct_since(last, self._own)
 
     def process_cpu_pct(self) -> float | None:

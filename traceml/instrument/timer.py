@@ -36,7 +36,7 @@ Mark = Callable[[], Any]
 
 
 class RawStep(NamedTuple):
-    """What the training thread hands to the tx thread for one step; converted there.
+    """What the training thread queues for one step; a beat of the tx worker converts it.
 
     The C timer hands over `_native.RawStep` instead: these fields as C numbers (no int object
     made a step), read by the same names and indexes, and equal to this tuple of its values."""
@@ -71,6 +71,8 @@ class StepTimer:
 
     __slots__ = (
         "_acc",
+        "_beat",
+        "_beat_due",
         "_clock",
         "_comm",
         "_label",
@@ -101,6 +103,8 @@ class StepTimer:
         self._mark = mark
         self._read_device: Callable[[], Any] | None = None
         self._comm: Callable[[], int] | None = None
+        self._beat: Callable[[int], int] | None = None
+        self._beat_due = 0
         self._acc = [0] * N_PHASES
         self._stack: list[int] = []
         self._label = BETWEEN
@@ -144,6 +148,13 @@ class StepTimer:
     def use_comm(self, take: Callable[[], int] | None) -> None:
         """From the next step end on, ask `take()` for the step's comm wait ns (None: stop)."""
         self._comm = take
+
+    def use_beat(self, beat: Callable[[int], int] | None) -> None:
+        """From the next step end on, call `beat(t)` at the end of a step whose clock reads `t`
+        at or after the due time: the first step's end, then whenever the time `beat` returned
+        has come (the tx worker's periodic work, run on this thread; None: stop)."""
+        self._beat = beat
+        self._beat_due = 0
 
     # begin/end/enter inline `_switch` on purpose: they run several times per step, and a
     # Python call costs as much as the rest of their work.
@@ -224,6 +235,9 @@ class StepTimer:
         self._acc = [0] * N_PHASES
         self.step += 1
         self._step_t0 = t
+        if self._beat is not None and t >= self._beat_due:
+            self._beat_due = t + 1_000_000_000  # until it returns (the C timer's call_beat)
+            self._beat_due = self._beat(t)
 
 
 class Timer(Protocol):
@@ -244,6 +258,7 @@ class Timer(Protocol):
     def in_phase(self, idx: int) -> bool: ...
     def use_cuda(self, mark: Mark, read_device: Callable[[], Any]) -> None: ...
     def use_comm(self, take: Callable[[], int] | None) -> None: ...
+    def use_beat(self, beat: Callable[[int], int] | None) -> None: ...
 
 
 def native() -> ModuleType | None:

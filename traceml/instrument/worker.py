@@ -1,8 +1,18 @@
-"""The tx thread: everything a rank does besides timestamps happens here, off the training thread.
+"""The tx worker: everything a rank does besides timestamps, on a schedule of beats.
 
-It drains the bounded buffer of RawSteps, resolves CUDA events with `query()`, folds records into
-the RunStore, publishes them, samples the system at 1 Hz, and at the end writes the summary. It
-owns every zmq socket of the rank. Nothing here may block the training thread or raise into it.
+A beat drains the bounded buffer of RawSteps, resolves CUDA events with `query()`, folds records
+into the RunStore, publishes them, services the sinks and samples the system at 1 Hz; the last
+one writes the summary. Nothing here may block the training thread or raise into it.
+
+Who beats: while the loop runs, the training thread itself, at the end of the first step that
+ends after a beat is due (the step timer calls `TxWorker.beat`). The tx thread sleeps through
+those and beats only when none came (INLINE_GRACE_S late): a loop stalled inside a step, a pause
+between steps, the end. The beat's work is the same on either thread (about 1.7 µs of CPU a
+0.4 ms step); on the tx thread each wake-up also takes the GIL from the training thread at any
+point of its step, which then waits for the whole beat and the hand-offs: about 2 µs a step
+more on a core both share (docs/performance.md, "Beats on the training thread"), and two to
+three times the training thread's wake-ups. One lock makes sure one beat runs at a time, and
+the training thread never waits for it.
 """
 
 from __future__ import annotations
@@ -11,6 +21,7 @@ import dataclasses
 import itertools
 import math
 import operator
+import os
 import sys
 import threading
 import time
@@ -94,6 +105,16 @@ listing may show a finding this old. Within a second of a viewer's attaching, th
 carry one at most PRIMARY_EVERY_S old again."""
 CUDA_GIVE_UP_S = 30.0
 """A CUDA step whose events are still pending this long is published on the host clock."""
+INLINE_GRACE_S = 1.5
+"""The tx thread beats only once the training thread has run no beat for this long (or a beat
+is due later than that): while steps end it wakes about once a second to look, not at every
+beat, each wake-up taking the GIL. A rank stalled inside a step still services its sinks
+(heartbeats, with the phase it is stuck in) this late at most, within a viewer's DEAD_AFTER_S
+(3 s)."""
+RETRY_NS = 1_000_000
+"""A step end that finds the tx thread beating asks again this much later."""
+NEVER_NS = 1 << 62
+"""The due time that never comes: the training thread stops beating."""
 
 
 class Sink(Protocol):
@@ -153,7 +174,8 @@ def _sink_name(sink: Sink) -> str:
 
 
 class TxWorker(threading.Thread):
-    """Daemon thread that turns raw steps into records and sends them on."""
+    """Turns raw steps into records and sends them on, in beats: on the training thread through
+    `beat` while the loop runs, on this daemon thread otherwise (the module's docstring)."""
 
     def __init__(self, parts: WorkerParts) -> None:
         super().__init__(name="traceml-tx", daemon=True)
@@ -192,10 +214,28 @@ class TxWorker(threading.Thread):
         more: the 0.25 s tick then, watched or not."""
         self._sampled_at = -math.inf
         """time.monotonic() of the last system sample."""
+        self._lock = threading.Lock()
+        """Held through a beat, on whichever thread runs it: one beat at a time."""
+        self._ready = False
+        """Set once this thread has opened the sinks and laid out the schedule: beats may run."""
+        self._next_tick = self._next_sys = self._next_progress = 0.0
+        """When the next tick, system sample and progress line are due (time.monotonic())."""
+        self._beater: int | None = None
+        """threading.get_ident() of the training thread while it runs a beat, else None."""
+        self._inline_at = -math.inf
+        """time.monotonic() at which the training thread last began a beat."""
+        self._stopper: int | None = None
+        """threading.get_ident() of the thread that called stop()."""
+        self._pid = os.getpid()
+        self.cpu_s = 0.0
+        """CPU seconds of the beats so far, on either thread (the system samples' own CPU)."""
+        self._cpu_from = 0.0
+        """time.thread_time() at the current beat's start."""
 
     def stop(self, end: RankEnd, timeout: float) -> bool:
         """Ask for the final drain, summary and close; True if it finished within `timeout`."""
         self._end = end
+        self._stopper = threading.get_ident()
         self._stop_evt.set()
         self._wake.set()
         self.done.wait(timeout)
@@ -223,54 +263,132 @@ class TxWorker(threading.Thread):
             self._open_sink()
             start = time.monotonic()
             self._period = self._tick_s()
-            next_tick = start + self._period
+            self._next_tick = start + self._period
             # Half a tick after the ticks, so the once-a-second work (system sample, heartbeat
-            # finding, progress line) has a wake-up of its own, not a fold's: each delays a step
-            # of its own instead of one step paying both (5-6 ms at a 0.4 ms step). Only a
-            # wake-up late by half a tick runs them back to back.
+            # finding, progress line) has a beat of its own, not a fold's: each delays a step of
+            # its own instead of one step paying both (5-6 ms at a 0.4 ms step). Only a beat
+            # late by half a tick runs them back to back.
             # While nobody listens, the sample rides instead on the tick between two folds.
-            next_sys = next_progress = start + TICK_S / 2
+            self._next_sys = self._next_progress = start + TICK_S / 2
+            if hasattr(self.p.sampler, "own_cpu"):  # a SystemSampler
+                self.p.sampler.own_cpu = self.cpu_so_far
+            self._ready = True
             while True:
-                quiet = self._quiet_cadence()
-                wake = next_tick if quiet else min(next_tick, next_sys)
-                self._wake.wait(max(0.0, wake - time.monotonic()))
+                self._wake.wait(max(0.0, self._wake_at() - time.monotonic()))
                 self._wake.clear()
                 if self._stop_evt.is_set():
                     break
-                self._busy_from = time.perf_counter_ns()
-                now = time.monotonic()
-                sample = False
-                if now >= next_tick or self._asked > self._served:
-                    with self._ticked:
-                        serving = self._asked
-                    folded = self._tick(final=False, asked=serving > self._served)
-                    if now >= next_tick:
-                        self._period = self._tick_s()
-                        next_tick = next_beat(next_tick, self._period, now)
-                    with self._ticked:
-                        self._served = serving
-                        self._ticked.notify_all()
-                    # A quiet second's sample: at least 0.75 s after the last, so the tick
-                    # between two folds takes it once a second.
-                    due = self._sampled_at + SYSTEM_EVERY_S - QUIET_TICK_S / 2
-                    sample = quiet and not folded and now >= due
-                elif now >= next_sys:
-                    sample = True
-                if sample:
-                    next_sys = next_beat(next_sys, SYSTEM_EVERY_S, now)
-                    self._sampled_at = now
-                    self._sample()
-                    if self.p.progress is not None and now >= next_progress:
-                        next_progress = next_beat(next_progress, PROGRESS_EVERY_S, now)
-                        self._print_progress()
-                self._busy_end()
-            self._finish()
+                with self._lock:
+                    now = time.monotonic()
+                    if self._asked > self._served or now >= self._wake_at():
+                        self._beat(now)
+            if self._end_lock():
+                try:
+                    self._finish()
+                finally:
+                    self._lock.release()
+            else:
+                self._finish()
         except Exception as e:  # noqa: BLE001 - the tx thread steps aside, training goes on
             warn_once("tx thread", f"background thread stopped ({type(e).__name__}: {e})")
         finally:
             self.done.set()
             with self._ticked:
                 self._ticked.notify_all()  # a flush() waiting on a tick that will not come
+
+    def _due(self) -> float:
+        """When the next beat is due: the next tick, or the next sample if it comes first (while
+        nobody listens the sample rides on a tick)."""
+        if self._quiet_cadence():
+            return self._next_tick
+        return min(self._next_tick, self._next_sys)
+
+    def _wake_at(self) -> float:
+        """When this thread beats: when the beat is due, but no sooner than INLINE_GRACE_S
+        after the training thread's last beat (except while a snapshot is sent: those 20 ms
+        ticks stay here)."""
+        due = self._due()
+        if self._period == SERVE_TICK_S:
+            return due
+        return max(due, self._inline_at + INLINE_GRACE_S)
+
+    def _end_lock(self) -> bool:
+        """Take the beat lock for the final beat; False when it cannot be had because the
+        training thread holds it in a beat that a signal handler interrupted to call stop() (a
+        SIGTERM's shutdown), which waits for this thread: that beat resumes only after, so the
+        end goes on without the lock rather than lose the summary."""
+        while not self._lock.acquire(timeout=0.05):
+            beater = self._beater
+            if beater is not None and beater == self._stopper:
+                return False
+        return True
+
+    def beat(self, t_ns: int) -> int:
+        """The due beat, run on the training thread at the end of a step (the step timer calls
+        it once its clock reads `t_ns` at or after the due time it last returned); returns the
+        next due time on that clock. Skipped while the tx thread beats, before it has started,
+        while it sends a snapshot and once it stopped; never raises an Exception into the loop:
+        one that a beat raises turns inline beats off, and the tx thread beats from then on."""
+        now = time.monotonic()
+        if not self._ready or self._period == SERVE_TICK_S:
+            return t_ns + round(TICK_S * 1e9)
+        if self._stop_evt.is_set() or self.done.is_set() or os.getpid() != self._pid:
+            return NEVER_NS
+        if not self._lock.acquire(blocking=False):
+            return t_ns + RETRY_NS
+        try:
+            self._beater = threading.get_ident()
+            self._inline_at = now
+            # Nothing may be due: the first step's end, or the tx thread beat meanwhile.
+            if now >= self._due() or self._asked > self._served:
+                self._beat(now)
+            due = self._due()
+        except Exception as e:  # noqa: BLE001 - the tx thread takes the beats over
+            if not self.done.is_set():  # else a stop() that interrupted it closed the sinks
+                warn_once("inline beat", f"beats moved to the background ({type(e).__name__}: {e})")
+            return NEVER_NS
+        finally:
+            self._beater = None
+            self._lock.release()
+        return t_ns + max(0, round((due - now) * 1e9))
+
+    def cpu_so_far(self) -> float:
+        """CPU seconds of the beats so far, the current one included: what the system samples
+        report as TraceML's own CPU. Called inside a beat."""
+        return self.cpu_s + time.thread_time() - self._cpu_from
+
+    def _beat(self, now: float) -> None:
+        """One beat: the tick if due (or a flush asked), else the system sample if due; the
+        caller holds the lock."""
+        self._cpu_from = time.thread_time()
+        self._busy_from = time.perf_counter_ns()
+        quiet = self._quiet_cadence()
+        sample = False
+        if now >= self._next_tick or self._asked > self._served:
+            with self._ticked:
+                serving = self._asked
+            folded = self._tick(final=False, asked=serving > self._served)
+            if now >= self._next_tick:
+                self._period = self._tick_s()
+                self._next_tick = next_beat(self._next_tick, self._period, now)
+            with self._ticked:
+                self._served = serving
+                self._ticked.notify_all()
+            # A quiet second's sample: at least 0.75 s after the last, so the tick between two
+            # folds takes it once a second.
+            due = self._sampled_at + SYSTEM_EVERY_S - QUIET_TICK_S / 2
+            sample = quiet and not folded and now >= due
+        elif now >= self._next_sys:
+            sample = True
+        if sample:
+            self._next_sys = next_beat(self._next_sys, SYSTEM_EVERY_S, now)
+            self._sampled_at = now
+            self._sample()
+            if self.p.progress is not None and now >= self._next_progress:
+                self._next_progress = next_beat(self._next_progress, PROGRESS_EVERY_S, now)
+                self._print_progress()
+        self._busy_end()
+        self.cpu_s += time.thread_time() - self._cpu_from
 
     def _tick_s(self) -> float:
         if any(getattr(sink, "busy", False) for sink in self.p.sinks):
@@ -343,7 +461,9 @@ class TxWorker(threading.Thread):
                 self.p.recycle(batch)  # those still pending (CUDA) are kept as they are
             del batch
             for lo in range(0, len(records), SLICE_RECORDS):
-                if folded and not final:
+                # Between slices the tx thread hands the GIL back; the training thread, beating
+                # itself, has nobody to hand it to.
+                if folded and not final and self._beater is None:
                     self._busy_end()
                     time.sleep(YIELD_S)
                     self._busy_from = time.perf_counter_ns()
