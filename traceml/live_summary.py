@@ -1,9 +1,10 @@
 """`traceml.summary()`: the summary of this process's run while it trains, or the one it wrote.
 
-Runs on whichever thread asks. The store is written by the tx thread only; the summary is built
-under the store's own (reentrant) lock, so every number comes from one instant of the run. The
-tx thread waits while it is built (a few ms); the training thread never does, since it only
-appends to a bounded buffer that the tx thread drains. First the tx thread is asked to fold the
+Runs on whichever thread asks. The store is written by the tx worker's beats only (one at a
+time, on the training thread between steps or on the tx thread); the summary is built under the
+store's own (reentrant) lock, so every number comes from one instant of the run. A beat waits
+while it is built (a few ms); a step never does, since it only appends to a bounded buffer that
+the beats drain. First the tx thread is asked to fold the
 steps queued so far (`TxWorker.flush`, at most FLUSH_WAIT_S), so a summary asked for right
 after a step counts it, where it would miss up to a fold's interval of steps (0.25 s while a
 viewer listens, 1 s otherwise).

@@ -107,8 +107,9 @@ class StepRecord(NamedTuple):
     bucket was ready (not a phase of its own); None when not measured (no DDP, a user comm hook,
     CUDA). On the wire it is a 12th field, left out when None: older readers ignore it."""
     held_ms: float | None = None
-    """Part of the step that overlapped TraceML's own background work (the tx thread running
-    Python while the step ran, see instrument.busy): an upper bound on what TraceML delayed it.
+    """Part of the step that overlapped TraceML's own periodic work (a beat of the tx worker,
+    on the training thread before the step's own work or on the tx thread while it ran, see
+    instrument.busy): an upper bound on what TraceML delayed it.
     None when it overlapped none. On the wire a 13th field, left out when None."""
 
     def phase(self, name: Phase) -> float | None:

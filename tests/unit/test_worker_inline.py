@@ -192,3 +192,17 @@ def test_stop_from_a_signal_handler_inside_a_beat_still_finishes() -> None:
         tx._lock.release()
     assert [e.exit for e in finished] == ["signal"] and tx.summary_path == "summary.json"
     assert tx.beat(time.perf_counter_ns()) == worker.NEVER_NS  # no beat after the end
+
+
+def test_a_sink_that_says_no_keeps_every_beat_on_the_tx_thread(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The job link says no while rank 0 collects the job in-process (every rank's records
+    decoded and folded in its service): that work stays off the training thread."""
+    monkeypatch.setattr(worker, "TICK_S", 0.05)
+    sink = Beats()
+    sink.inline = False  # type: ignore[attr-defined]
+    tx, timer = started(sink)
+    steps_until(timer, lambda: len(sink.by) >= 6)
+    assert tx.stop(RankEnd(0, "ok", timer.step, time.time()), timeout=10.0)
+    assert {who for who, _ in sink.by} == {tx.ident}

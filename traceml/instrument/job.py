@@ -225,6 +225,13 @@ class JobLink:
         """The collector process prints the job's progress lines (it has every rank)."""
         return self._process is not None and self._settings.progress
 
+    @property
+    def inline(self) -> bool:
+        """Whether the beats may run on the training thread: not while this process collects
+        the job itself (the collector process could not start), whose service decodes and folds
+        every rank's records: that stays on the tx thread, as the collector's docstring says."""
+        return self._job is None
+
     # -- Sink --------------------------------------------------------------------------------
     def open(self) -> None:
         if self.is_collector and os.environ.get("TRACEML_COLLECTOR") == "thread":

@@ -118,7 +118,9 @@ NEVER_NS = 1 << 62
 
 
 class Sink(Protocol):
-    """Where the tx thread sends what it folds: the live transport implements this."""
+    """Where the beats send what they fold: the live transport implements this. Optional
+    attributes read with getattr: `watched`, `busy`, and `inline` (False: the beats stay on the
+    tx thread while it is)."""
 
     def open(self) -> None: ...
     def send_steps(self, records: list[StepRecord]) -> None: ...
@@ -327,10 +329,11 @@ class TxWorker(threading.Thread):
         """The due beat, run on the training thread at the end of a step (the step timer calls
         it once its clock reads `t_ns` at or after the due time it last returned); returns the
         next due time on that clock. Skipped while the tx thread beats, before it has started,
-        while it sends a snapshot and once it stopped; never raises an Exception into the loop:
-        one that a beat raises turns inline beats off, and the tx thread beats from then on."""
+        while it sends a snapshot, while a sink says no (`inline`) and once it stopped; never
+        raises an Exception into the loop: one that a beat raises turns inline beats off, and
+        the tx thread beats from then on."""
         now = time.monotonic()
-        if not self._ready or self._period == SERVE_TICK_S:
+        if not self._ready or self._period == SERVE_TICK_S or not self._inline_ok():
             return t_ns + round(TICK_S * 1e9)
         if self._stop_evt.is_set() or self.done.is_set() or os.getpid() != self._pid:
             return NEVER_NS
@@ -351,6 +354,11 @@ class TxWorker(threading.Thread):
             self._beater = None
             self._lock.release()
         return t_ns + max(0, round((due - now) * 1e9))
+
+    def _inline_ok(self) -> bool:
+        """Whether every sink lets the beats run on the training thread (the job link does not
+        while this process collects the job itself)."""
+        return all(getattr(sink, "inline", True) for sink in self.p.sinks)
 
     def cpu_so_far(self) -> float:
         """CPU seconds of the beats so far, the current one included: what the system samples

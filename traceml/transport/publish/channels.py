@@ -1,4 +1,4 @@
-"""The two sockets a rank binds, owned by its tx thread: XPUB "pub" and ROUTER "ctl".
+"""The two sockets a rank binds, used by its beats alone: XPUB "pub" and ROUTER "ctl".
 
 Every send is non-blocking: a full queue drops the frame (the caller counts it), so a missing,
 stalled or killed viewer never slows training. Inbound traffic is read one message at a time in

@@ -1,4 +1,4 @@
-"""The counters of one publisher: plain integers, changed only in its tx thread.
+"""The counters of one publisher: plain integers, changed only in its beats (one at a time).
 
 Any thread may read them (tests, benchmarks, logs); nothing here does I/O.
 """

@@ -1,6 +1,6 @@
 """A rank's push link to the job collector: the frames it publishes, also sent to rank 0.
 
-Runs in the rank's tx thread. Sends never block: a full queue (collector slow, gone, or not yet
+Runs in the rank's beats. Sends never block: a full queue (collector slow, gone, or not yet
 reachable) drops the frame and counts it. The first frame is the rank's `info`, so the
 collector knows who is talking before any record arrives. Must never import torch.
 """

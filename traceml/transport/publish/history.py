@@ -1,6 +1,6 @@
 """The bounded history a rank keeps for attach snapshots: items keyed by a running sequence number.
 
-Runs in the tx thread. Memory is O(capacity): the oldest items fall out, and a snapshot that asks
+Runs in the rank's beats. Memory is O(capacity): the oldest items fall out, and a snapshot that asks
 for them starts at the oldest one still held (the viewer sees the gap).
 """
 

@@ -1,6 +1,7 @@
 """A rank's live publisher: binds XPUB + ROUTER, streams records, serves attach snapshots.
 
-Everything here runs in the rank's tx thread and never blocks: sends are non-blocking and drop
+Everything here runs in the rank's beats (instrument.worker: on the training thread between
+two steps, or on the tx thread, one at a time) and never blocks: sends are non-blocking and drop
 (counted) when a viewer's queue is full, and service() does bounded work per call. Only open() may
 raise (TransportError); every other method counts its failures and carries on. A forked child
 (a DataLoader worker) that inherits the object finds every method a no-op: it must never touch

@@ -130,7 +130,7 @@ class RankFile:
     curve_key: str | None = None
     """Z85 CURVE public key of the rank's sockets; None when they are not encrypted (ipc)."""
     updated: float = 0.0
-    """Epoch seconds of the last write; the tx thread rewrites the file every few seconds."""
+    """Epoch seconds of the last write; the rank's beats rewrite the file every few seconds."""
     last_step: int | None = None
     """Highest step index the rank has reached; None before its first step."""
     last_step_ms: float | None = None

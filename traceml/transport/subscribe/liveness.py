@@ -28,7 +28,7 @@ STALL_MIN_S = 5.0
 START_TOLERANCE_S = 0.5
 """Largest difference between recorded and actual process start times of the same process."""
 FILE_STALE_S = 15.0
-"""A rank file not rewritten for this long means the rank's tx thread is not running."""
+"""A rank file not rewritten for this long means the rank's beats are not running."""
 FILE_LAG_S = 2.0
 """How far behind a rank file may be (its writer rewrites it every couple of seconds)."""
 PROCESS_CHECK_S = 1.0
