@@ -169,7 +169,7 @@ async def test_a_summary_says_how_many_steps_tracemls_own_work_overlapped() -> N
     assert summary["system"]["traceml_held_steps"] == 0
     summary["system"].update(traceml_held_steps=3, traceml_held_ms=24.8)
     for shown, expected in ((summary_of(), False), (summary, True)):
-        said = "TraceML's background work overlapped 3 steps" in await system_text(shown)
+        said = "TraceML's own work overlapped 3 steps" in await system_text(shown)
         assert said is expected
 
 

@@ -103,7 +103,7 @@ def test_progress_waits_for_steps() -> None:
 def test_card_says_how_many_steps_tracemls_own_work_overlapped() -> None:
     store = store_of()
     quiet = render_card(summary_of(store))
-    assert "TraceML's background work" not in quiet  # none overlapped: nothing to say
+    assert "TraceML's own work" not in quiet  # none overlapped: nothing to say
     store.add_steps(
         [StepRecord(0, s, 0.0, 110.0, PHASES_MS, held_ms=8.25) for s in (100, 101, 102)]
     )
@@ -114,6 +114,6 @@ def test_card_says_how_many_steps_tracemls_own_work_overlapped() -> None:
     )
     card = render_card(summary, width=100)
     assert (
-        "  TraceML's background work overlapped 3 steps (24.8 ms in all; not counted as spikes)"
+        "  TraceML's own work overlapped 3 steps (24.8 ms in all; not counted as spikes)"
         in card.splitlines()
     )

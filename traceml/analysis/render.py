@@ -196,14 +196,14 @@ def _system_line(system: Mapping[str, Any]) -> str:
 
 
 def held_note(system: Mapping[str, Any]) -> str:
-    """How many steps TraceML's own background work overlapped, when any did (card and live
+    """How many steps TraceML's own work (its beats) overlapped, when any did (card and live
     view): their extra time is TraceML's, so they are not called spikes. "" when none did, or
     for a summary written before this was measured."""
     steps, held = system.get("traceml_held_steps"), system.get("traceml_held_ms")
     if not steps or held is None:
         return ""
     return (
-        f"TraceML's background work overlapped {steps} step{'s' if steps != 1 else ''}"
+        f"TraceML's own work overlapped {steps} step{'s' if steps != 1 else ''}"
         f" ({ms(held)} in all; not counted as spikes)"
     )
 

@@ -2,7 +2,7 @@
 
 A step is a spike when it takes more than `Thresholds.spike_factor` times the rank's typical
 step: the median of its last `BASELINE_STEPS` steps (recomputed every `BASELINE_EVERY` steps, so
-it follows a run whose speed changes). Its overlap with TraceML's own background work
+it follows a run whose speed changes). Its overlap with TraceML's own work (its beats)
 (`StepRecord.held_ms`) is left out of the judgement: that delay is TraceML's, not the loop's.
 The judgement is made once, at fold time, so a live window, a short run's exact summary and a
 week-long run's segment aggregates all agree on which steps were spikes. What is kept is bounded

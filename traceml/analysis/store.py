@@ -126,7 +126,7 @@ class _Rank:
         """Spike totals and slowest steps per segment start, beside `segments`."""
         self.baseline = Baseline()
         self.held_steps = 0
-        """Steps folded that overlapped TraceML's own background work (StepRecord.held_ms)."""
+        """Steps folded that overlapped TraceML's own work (its beats) (StepRecord.held_ms)."""
         self.held_ms = 0.0
         """Their overlap in all, ms: an upper bound on what TraceML's tx thread delayed them."""
         self.spike_steps: set[int] = set()
@@ -664,7 +664,7 @@ class RunStore:
             return self._view(windows, "live")
 
     def held_totals(self) -> tuple[int, float]:
-        """(steps, ms) of every rank's steps that overlapped TraceML's own background work."""
+        """(steps, ms) of every rank's steps that overlapped TraceML's own work (its beats)."""
         with self._lock:
             ranks = self._ranks.values()
             return sum(d.held_steps for d in ranks), sum(d.held_ms for d in ranks)
