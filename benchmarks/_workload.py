@@ -2,7 +2,7 @@
 
 Run by benchmarks/overhead.py, layers.py and distributed.py, never by hand. Usage:
     python _workload.py MODE STEPS WIDTH BATCH OUT
-MODE is one of bare, threaded, floor, traceml, traceml-early, traceml-asleep, traceml-tx,
+MODE is one of bare, threaded, floor, traceml, traceml-early, traceml-asleep, traceml-inline,
 traceml-tb, init, init-unpatched, peer.
 `bare` never imports traceml and never starts a thread: its process stays single-threaded;
 `threaded` is `bare` in a process that has run one thread (started and ended before the loop),
@@ -18,8 +18,8 @@ launcher's bootstrap and this call is ignored);
 `traceml-early` is `traceml` with init before torch is imported (as under `traceml run`);
 `traceml-asleep` does the same with the tx thread asleep through the loop (no tick: it converts,
 folds and publishes every step at the exit, which is not timed);
-`traceml-tx` does the same with every beat on the tx thread (TRACEML_INLINE=0), none on the
-training thread at its steps' ends: TraceML as it ran before 2026-12-07 (seventh);
+`traceml-inline` is `traceml` with the due beats run on the training thread at its steps' ends
+(TRACEML_INLINE=1), the tx thread beating only while no step ends;
 `traceml-tb` adds `traceml.integrations.live` logging into a TensorBoard writer (event files in
 OUT.tb) every second, as a user who logs TraceML's live figures does;
 `init` calls init and never trace_step; `init-unpatched` also removes init's patches;
@@ -76,8 +76,8 @@ def main(argv: list[str]) -> None:
         dist.init_process_group("gloo")
         out = f"{out}.{dist.get_rank()}"
     tm = None
-    if mode == "traceml-tx":
-        os.environ["TRACEML_INLINE"] = "0"
+    if mode == "traceml-inline":
+        os.environ["TRACEML_INLINE"] = "1"
         mode = "traceml"
     if mode in ("traceml", "traceml-asleep", "traceml-tb"):
         import traceml as tm

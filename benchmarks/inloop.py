@@ -30,8 +30,8 @@ or, with --split, what the C arm's cost is made of:
             rank file) costs the bare blocks.
 Run it under `taskset -c 0` to put the tx thread on the training thread's core, as pinned.py does.
 The arms' timers are made here, not by the session, and are given no beat (Timer.use_beat): every
-beat of the tx worker runs on the tx thread, as with TRACEML_INLINE=0, where a session's own
-timer runs the due beats at its steps' ends (pinned.py's `tx` arm compares the two).
+beat of the tx worker runs on the tx thread, as by default (pinned.py's and overhead.py's
+`inline` arms run them on the training thread, TRACEML_INLINE=1).
 
 Every block is followed by a pause long enough for the tx thread to fold and publish the
 block's last steps, and the block's CPU is read after it, so `CPU` holds every thread's work

@@ -95,6 +95,11 @@ glibc's single-threaded paths (malloc and free without locks) costs, part of any
 tool's cost on a single-threaded loop and of none on a job already multi-threaded."""
 
 
+INLINE_BEATS = Arm("trace_step, inline beats", "traceml-inline")
+"""`trace_step` with the tx worker's due beats run on the training thread at its steps' ends
+(TRACEML_INLINE=1), where the default leaves every beat to the tx thread."""
+
+
 def arms(peer_bin: Path | None) -> list[Arm]:
     py = sys.executable
     out = [
@@ -436,6 +441,9 @@ def main() -> None:
         help="only this step size in ms (repeat for both; default both)",
     )
     ap.add_argument("--peer", action="store_true", help="add traceml-ai 0.5.0 (pip installs it)")
+    ap.add_argument(
+        "--inline", action="store_true", help="add trace_step with its beats on the training thread"
+    )
     ap.add_argument("--rss", action="store_true", help="RSS over 1,000,000 traced steps")
     ap.add_argument("--rss-steps", type=int, default=1_000_000, help="steps of --rss")
     ap.add_argument(
@@ -468,9 +476,8 @@ def main() -> None:
     rounds = 1 if args.quick else args.rounds
     for target_ms, lengths in sizes:
         width = calibrate(target_ms)
-        res = measure(
-            arms(peer_bin), (width, BATCH), lengths, rounds, tmp, peer_bin, seed=args.seed
-        )
+        every = arms(peer_bin) + ([INLINE_BEATS] if args.inline else [])
+        res = measure(every, (width, BATCH), lengths, rounds, tmp, peer_bin, seed=args.seed)
         print_table(f"~{target_ms:g} ms CPU step (MLP width {width})", res, lengths, rounds)
     print(
         "\n  targets: mean, wall slope and CPU (all processes) <= +10 µs; p99 within 10 %;"

@@ -26,7 +26,7 @@ DataLoader workers, intra-op threads, CUDA or a process group already is; benchm
 `trace_step`, `traceml run --no-live`, `traceml run` with the live view in a 120x40 pty, and with
 --peer traceml-ai 0.5.0's `traceml run`; and when --arms names them, TraceML's patches with no
 step opened (`init`), `trace_step` with the tx thread asleep (`asleep`), and `trace_step` with
-every beat on the tx thread (`tx`: TRACEML_INLINE=0, as before 2026-12-07). Per arm: the mean
+the due beats on the training thread (`inline`: TRACEML_INLINE=1). Per arm: the mean
 step and the p99 added to its twin's over their common window, as the mean over the rounds and
 its standard error.
 """
@@ -55,18 +55,18 @@ append a step, nothing reading them: _workload.py): the floor under TraceML's ow
 SPLIT = [
     Arm("init, no trace_step", "init"),
     Arm("trace_step, tx asleep", "traceml-asleep"),
-    Arm("trace_step, tx beats", "traceml-tx"),
+    Arm("trace_step, inline beats", "traceml-inline"),
 ]
 """Arms that split `trace_step`'s cost, run only when --arms names them: TraceML's patches with
 no step ever opened, `trace_step` with the tx thread asleep through the loop (it folds at the
-exit, outside the loop's window), and `trace_step` with every beat on the tx thread."""
+exit, outside the loop's window), and `trace_step` with its beats on the training thread."""
 KEYS = {
     "bare": "bare",
     "floor": "floor",
     "bare, threaded": "threaded",
     "init, no trace_step": "init",
     "trace_step, tx asleep": "asleep",
-    "trace_step, tx beats": "tx",
+    "trace_step, inline beats": "inline",
     "trace_step": "trace_step",
     "run --no-live": "no-live",
     "run, live view": "live",
@@ -167,7 +167,7 @@ def main() -> None:
         "--arms",
         type=lambda text: set(text.split(",")),
         help=f"only these arms, comma-separated, of: {', '.join(KEYS.values())} (default: all"
-        " but init, asleep and tx)",
+        " but init, asleep and inline)",
     )
     a = ap.parse_args()
     if a.arms is not None and not a.arms <= set(KEYS.values()):

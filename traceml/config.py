@@ -91,10 +91,12 @@ class Settings:
     """Auto-mode patches left out (TRACEML_SKIP, names from PATCHES); their phase reads null."""
     c_timer: bool = True
     """Use the C step timer when it is built (TRACEML_C_TIMER=0: the pure-Python one)."""
-    inline: bool = True
-    """The tx worker's beats (fold, publish, samples) run on the training thread at the end of
-    the step that finds one due, the tx thread beating only when no step ends in time
-    (TRACEML_INLINE=0: on the tx thread alone, as before 2026-12-07)."""
+    inline: bool = False
+    """TRACEML_INLINE=1: the tx worker's beats (fold, publish, samples) run on the training
+    thread at the end of the step that finds one due, the tx thread beating only when no step
+    ends in time. Off by default: it saved about 2.6 µs a 0.4 ms step where the loop shares
+    one core with everything, and cost about 13 where a core is free for the tx thread (the
+    usual case; docs/performance.md, "Beats on the training thread")."""
 
 
 def c_enabled(env: Mapping[str, str] | None = None) -> bool:
@@ -143,7 +145,7 @@ def settings_from_env(mode: str = "auto", env: Mapping[str, str] | None = None) 
         listen="tcp" if listen == "tcp" else "ipc",
         insecure=_flag(env, "TRACEML_INSECURE", False),
         skip=parse_skip(env.get("TRACEML_SKIP", "")),
-        inline=_flag(env, "TRACEML_INLINE", True),
+        inline=_flag(env, "TRACEML_INLINE", False),
         c_timer=c_enabled(env),
     )
 

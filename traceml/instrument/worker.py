@@ -4,15 +4,15 @@ A beat drains the bounded buffer of RawSteps, resolves CUDA events with `query()
 into the RunStore, publishes them, services the sinks and samples the system at 1 Hz; the last
 one writes the summary. Nothing here may block the training thread or raise into it.
 
-Who beats: while the loop runs, the training thread itself, at the end of the first step that
-ends after a beat is due (the step timer calls `TxWorker.beat`). The tx thread sleeps through
-those and beats only when none came (INLINE_GRACE_S late): a loop stalled inside a step, a pause
-between steps, the end. The beat's work is the same on either thread (about 1.7 µs of CPU a
-0.4 ms step); on the tx thread each wake-up also takes the GIL from the training thread at any
-point of its step, which then waits for the whole beat and the hand-offs: about 2 µs a step
-more on a core both share (docs/performance.md, "Beats on the training thread"), and two to
-three times the training thread's wake-ups. One lock makes sure one beat runs at a time, and
-the training thread never waits for it.
+Who beats: the tx thread, by default. With TRACEML_INLINE=1 (Settings.inline) the training
+thread itself does while the loop runs, at the end of the first step that ends after a beat is
+due (the step timer calls `TxWorker.beat`); the tx thread then sleeps through those and beats
+only when none came (INLINE_GRACE_S late): a loop stalled inside a step, a pause between steps,
+the end. The beat's work is the same on either thread (about 1.7 µs of CPU a 0.4 ms step). On
+a core both threads share, inline beats saved about 2.6 µs a step (no GIL hand-offs, half the
+wake-ups); with a core free for the tx thread they cost about 13 more, so they are not the
+default (docs/performance.md, "Beats on the training thread"). One lock makes sure one beat
+runs at a time, and the training thread never waits for it.
 """
 
 from __future__ import annotations
