@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib
 import signal
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -199,3 +200,42 @@ def test_hooked_model_can_be_saved_and_copied(session_env: Path) -> None:
     ema(torch.randn(2, 8))
     assert timer._acc == timer_acc, "a copy of the model is not timed as the model"
     assert timer.seen == before
+
+
+@C_TIMER
+@pytest.mark.parametrize("inline", ["1", None], ids=["inline", "default"])
+def test_traceml_inline_runs_the_beats_on_the_training_thread(
+    session_env: Path, monkeypatch: pytest.MonkeyPatch, c_timer: bool, inline: str | None
+) -> None:
+    """TRACEML_INLINE=1: a real session's step timer runs the due beats at its steps' ends (the
+    tx thread only while none came); by default every beat is the tx thread's. Either way every
+    step reaches the summary."""
+    use_timer(monkeypatch, c_timer)
+    if inline is None:
+        monkeypatch.delenv("TRACEML_INLINE", raising=False)
+    else:
+        monkeypatch.setenv("TRACEML_INLINE", inline)
+    traceml.init(mode="auto", summary=session_env)
+    session = api.current_session()
+    assert session is not None and session.worker is not None
+    beats: list[bool] = []
+    real = session.worker._beat
+
+    def noted(now: float) -> None:
+        beats.append(threading.current_thread() is threading.main_thread())
+        real(now)
+
+    session.worker._beat = noted  # type: ignore[method-assign]
+    model = torch.nn.Linear(8, 1)
+    deadline = time.monotonic() + 60.0
+    steps = 0
+    while (len(beats) < 4 or steps < 200) and time.monotonic() < deadline:
+        loop(model, 20, sleep_between=0.002)
+        steps += 20
+    traceml.shutdown()
+    on_training = sum(beats)
+    if inline:
+        assert on_training >= 3 and on_training >= len(beats) - 2  # a starved step: the tx thread
+    else:
+        assert on_training == 0 and len(beats) >= 4
+    assert load_summary(session_env)["step_time"]["steps"] == steps
