@@ -95,8 +95,9 @@ class Settings:
     """TRACEML_INLINE=1: the tx worker's beats (fold, publish, samples) run on the training
     thread at the end of the step that finds one due, the tx thread beating only when no step
     ends in time. Off by default: it saved about 2.6 µs a 0.4 ms step where the loop shares
-    one core with everything, and cost about 13 where a core is free for the tx thread (the
-    usual case; docs/performance.md, "Beats on the training thread")."""
+    one core with everything, and showed no gain where a core is free for the tx thread, the
+    usual case (13 µs slower in one set of alternated runs, even in a second;
+    docs/performance.md, "Beats on the training thread")."""
 
 
 def c_enabled(env: Mapping[str, str] | None = None) -> bool:

@@ -10,8 +10,9 @@ due (the step timer calls `TxWorker.beat`); the tx thread then sleeps through th
 only when none came (INLINE_GRACE_S late): a loop stalled inside a step, a pause between steps,
 the end. The beat's work is the same on either thread (about 1.7 µs of CPU a 0.4 ms step). On
 a core both threads share, inline beats saved about 2.6 µs a step (no GIL hand-offs, half the
-wake-ups); with a core free for the tx thread they cost about 13 more, so they are not the
-default (docs/performance.md, "Beats on the training thread"). One lock makes sure one beat
+wake-ups); with a core free for the tx thread they showed no gain (13 µs a step more in one
+set of runs, even in another), so they are not the default (docs/performance.md, "Beats on
+the training thread"). One lock makes sure one beat
 runs at a time, and the training thread never waits for it.
 """
 
