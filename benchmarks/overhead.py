@@ -17,6 +17,8 @@ round in an order of its own drawn from --seed (see _common.round_order):
   trace_step       `python script` calling traceml.init(mode="auto") + trace_step
   run --no-live    `traceml run --no-live script` (launcher + bootstrap + the same script)
   run, live view   `traceml run script` under a 120x40 pty: the launcher runs the live view
+  trace_step, inline beats (--inline) trace_step with TRACEML_INLINE=1: the tx worker's due
+                   beats on the training thread at its steps' ends
   traceml-ai 0.5.0 (--peer) the peer's `traceml run script` (its default summary mode), the
                    script using `import traceml_ai as traceml`, installed into a throwaway venv
 

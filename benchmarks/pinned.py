@@ -45,7 +45,7 @@ from pathlib import Path
 
 from _common import byte_compile, pct, round_order, stderr
 from _procs import alive, start_in_pty, step_ends, step_times
-from overhead import Arm, arms, calibrate, command, env_for
+from overhead import INLINE_BEATS, Arm, arms, calibrate, command, env_for
 
 WARMUP_STEPS = 200
 """Steps at the start of each loop left out (first iterations, the tx thread's first tick)."""
@@ -55,7 +55,7 @@ append a step, nothing reading them: _workload.py): the floor under TraceML's ow
 SPLIT = [
     Arm("init, no trace_step", "init"),
     Arm("trace_step, tx asleep", "traceml-asleep"),
-    Arm("trace_step, inline beats", "traceml-inline"),
+    INLINE_BEATS,
 ]
 """Arms that split `trace_step`'s cost, run only when --arms names them: TraceML's patches with
 no step ever opened, `trace_step` with the tx thread asleep through the loop (it folds at the

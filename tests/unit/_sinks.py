@@ -31,15 +31,17 @@ class NullSink:
         pass
 
 
-def started_worker(sink: Any, run_id: str, queue: int = 10_000) -> tuple[TxWorker, StepTimer]:
+def started_worker(
+    sink: Any, run_id: str, queue: int = 10_000, **parts: Any
+) -> tuple[TxWorker, StepTimer]:
     """A tx thread over `sink` alone, started, and the step timer that feeds its queue of
-    `queue` steps."""
+    `queue` steps; `parts` are more WorkerParts fields (finish=...)."""
     raw: deque[Any] = deque(maxlen=queue)
     timer = StepTimer(raw)
-    parts = WorkerParts(
+    worker_parts = WorkerParts(
         info=RankInfo(run_id=run_id, rank=0), raw=raw, store=RunStore(), page_mb=0.004,
-        wall_offset_ns=0, sinks=[sink],
+        wall_offset_ns=0, sinks=[sink], **parts,
     )  # fmt: skip
-    tx = TxWorker(parts)
+    tx = TxWorker(worker_parts)
     tx.start()
     return tx, timer

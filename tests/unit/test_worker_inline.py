@@ -11,12 +11,11 @@ from typing import Any
 
 import pytest
 
-from tests.unit._sinks import NullSink
-from traceml.analysis.store import RunStore
+from tests.unit._sinks import NullSink, started_worker
 from traceml.instrument import worker
 from traceml.instrument.timer import StepTimer, native
-from traceml.instrument.worker import TxWorker, WorkerParts
-from traceml.records import RankEnd, RankInfo
+from traceml.instrument.worker import TxWorker
+from traceml.records import RankEnd
 
 C = native()
 TIMERS = [StepTimer] + ([C.StepTimer] if C is not None else [])
@@ -99,15 +98,8 @@ class Beats(NullSink):
 
 
 def started(sink: Beats, **parts: Any) -> tuple[TxWorker, StepTimer]:
-    raw: deque[Any] = deque(maxlen=100_000)
-    timer = StepTimer(raw)
-    tx = TxWorker(
-        WorkerParts(
-            info=RankInfo(run_id="inline-1", rank=0), raw=raw, store=RunStore(), page_mb=0.004,
-            wall_offset_ns=0, sinks=[sink], **parts,
-        )
-    )  # fmt: skip
-    tx.start()
+    """A started worker over `sink` whose timer runs the due beats at its steps' ends."""
+    tx, timer = started_worker(sink, "inline-1", queue=100_000, **parts)
     timer.use_beat(tx.beat)
     return tx, timer
 

@@ -12,8 +12,8 @@ the end. The beat's work is the same on either thread (about 1.7 µs of CPU a 0.
 a core both threads share, inline beats saved about 2.6 µs a step (no GIL hand-offs, half the
 wake-ups); with a core free for the tx thread they showed no gain (13 µs a step more in one
 set of runs, even in another), so they are not the default (docs/performance.md, "Beats on
-the training thread"). One lock makes sure one beat
-runs at a time, and the training thread never waits for it.
+the training thread"). One lock makes sure one beat runs at a time, and the training thread
+never waits for it.
 """
 
 from __future__ import annotations
@@ -177,8 +177,9 @@ def _sink_name(sink: Sink) -> str:
 
 
 class TxWorker(threading.Thread):
-    """Turns raw steps into records and sends them on, in beats: on the training thread through
-    `beat` while the loop runs, on this daemon thread otherwise (the module's docstring)."""
+    """Turns raw steps into records and sends them on, in beats: on this daemon thread, or with
+    TRACEML_INLINE=1 on the training thread through `beat` while the loop runs (the module's
+    docstring)."""
 
     def __init__(self, parts: WorkerParts) -> None:
         super().__init__(name="traceml-tx", daemon=True)
@@ -285,13 +286,12 @@ class TxWorker(threading.Thread):
                     now = time.monotonic()
                     if self._asked > self._served or now >= self._wake_at():
                         self._beat(now)
-            if self._end_lock():
-                try:
-                    self._finish()
-                finally:
-                    self._lock.release()
-            else:
+            locked = self._end_lock()
+            try:
                 self._finish()
+            finally:
+                if locked:
+                    self._lock.release()
         except Exception as e:  # noqa: BLE001 - the tx thread steps aside, training goes on
             warn_once("tx thread", f"background thread stopped ({type(e).__name__}: {e})")
         finally:
