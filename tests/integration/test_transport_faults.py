@@ -35,7 +35,7 @@ from traceml.transport.runfiles.runfile import read_json, write_json_atomic
 from traceml.transport.subscribe import ranklink
 from traceml.transport.subscribe.runs import list_runs, resolve_run
 from traceml.transport.subscribe.subscriber import Subscriber
-from traceml.transport.wire.codec import WELCOME, pack
+from traceml.transport.wire.codec import WELCOME, pack, topic
 from traceml.transport.wire.control import Request
 from traceml.transport.wire.events import EndEvent, HeartbeatEvent
 
@@ -126,7 +126,10 @@ def test_a_viewer_that_never_reads_costs_nothing_and_starves_nobody(
             poll_until(reader, seen, lambda: pump() and seen.count() >= 20_000)
             assert reader.stats["lost"] == 0
         assert pub.stats.subscriptions == 2
-        assert pub.dropped > 10_000, "records the stalled viewer missed must be counted"
+        # What the kernel's socket buffers absorbed for the stalled viewer varies with the
+        # host's load; every record it will never get must be counted, no more, no fewer.
+        got = _records_waiting(stalled)
+        assert got < 20_000 and pub.dropped == 20_000 - got, (got, pub.dropped)
         # A blocked send would never return; the bound only has to survive a loaded machine.
         assert worst < 2.0, f"a send took {worst * 1000:.1f} ms"
         assert seen.seqs[0] == list(range(20_000)), "the reading viewer misses nothing"
@@ -136,6 +139,16 @@ def test_a_viewer_that_never_reads_costs_nothing_and_starves_nobody(
         stalled.close(0)
         ctx.term()
         pub.close(_end(20_000), None)
+
+
+def _records_waiting(sock: zmq.Socket[bytes]) -> int:
+    """Read a SUB socket dry (until 0.5 s pass with nothing more); the step-record frames it
+    held, one record each here."""
+    rec = topic("rec", 0)
+    got = 0
+    while sock.poll(500):
+        got += sock.recv_multipart()[0] == rec
+    return got
 
 
 def _pump(pub: Publisher, reader: Subscriber, seen: Seen) -> Callable[[], bool]:
