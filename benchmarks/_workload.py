@@ -3,7 +3,7 @@
 Run by benchmarks/overhead.py, layers.py and distributed.py, never by hand. Usage:
     python _workload.py MODE STEPS WIDTH BATCH OUT
 MODE is one of bare, threaded, floor, traceml, traceml-early, traceml-asleep, traceml-inline,
-traceml-tb, init, init-unpatched, peer.
+traceml-threadless, traceml-tb, init, init-unpatched, peer.
 `bare` never imports traceml and never starts a thread: its process stays single-threaded;
 `threaded` is `bare` in a process that has run one thread (started and ended before the loop),
 as every process that has started any thread is for good, and as every job with DataLoader
@@ -20,6 +20,10 @@ launcher's bootstrap and this call is ignored);
 folds and publishes every step at the exit, which is not timed);
 `traceml-inline` is `traceml` with the due beats run on the training thread at its steps' ends
 (TRACEML_INLINE=1), the tx thread beating only while no step ends;
+`traceml-threadless` is `traceml` with no thread of TraceML's in the process (no tx thread, no
+ZeroMQ socket): its steps fall out of the bounded queue unread and no summary is written. It is
+what the training process would pay were the beats done by another process (a prototype's
+floor, docs/performance.md "The training process with no thread of TraceML's");
 `traceml-tb` adds `traceml.integrations.live` logging into a TensorBoard writer (event files in
 OUT.tb) every second, as a user who logs TraceML's live figures does;
 `init` calls init and never trace_step; `init-unpatched` also removes init's patches;
@@ -78,6 +82,13 @@ def main(argv: list[str]) -> None:
     tm = None
     if mode == "traceml-inline":
         os.environ["TRACEML_INLINE"] = "1"
+        mode = "traceml"
+    if mode == "traceml-threadless":
+        # No thread of TraceML's: no tx thread, no ZeroMQ socket (whose I/O thread would start).
+        os.environ["TRACEML_PUBLISH"] = "0"
+        from traceml.instrument import worker
+
+        worker.TxWorker.start = lambda self: None  # type: ignore[method-assign]
         mode = "traceml"
     if mode in ("traceml", "traceml-asleep", "traceml-tb"):
         import traceml as tm

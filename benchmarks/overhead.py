@@ -1,7 +1,7 @@
 """What TraceML adds to a training job: per step, per run, in every process the run starts.
 
 Run: make bench   (or .venv/bin/python benchmarks/overhead.py [--quick] [--peer] [--rss]
-     [--start-exit N] [--rounds N] [--seed N] [--size 0.4|1])
+     [--start-exit N] [--rounds N] [--seed N] [--size 0.4|1] [--inline] [--threadless])
 
 The same training script (benchmarks/_workload.py: an MLP fed by a DataLoader over a
 TensorDataset, batch 32, one torch thread, sized to about 0.4 ms and 1 ms a step) runs as a
@@ -19,6 +19,9 @@ round in an order of its own drawn from --seed (see _common.round_order):
   run, live view   `traceml run script` under a 120x40 pty: the launcher runs the live view
   trace_step, inline beats (--inline) trace_step with TRACEML_INLINE=1: the tx worker's due
                    beats on the training thread at its steps' ends
+  trace_step, no thread (--threadless) trace_step in a process with no thread of TraceML's (no
+                   tx thread, no ZeroMQ socket): what another process doing the beats would
+                   leave to the training process
   traceml-ai 0.5.0 (--peer) the peer's `traceml run script` (its default summary mode), the
                    script using `import traceml_ai as traceml`, installed into a throwaway venv
 
@@ -100,6 +103,11 @@ tool's cost on a single-threaded loop and of none on a job already multi-threade
 INLINE_BEATS = Arm("trace_step, inline beats", "traceml-inline")
 """`trace_step` with the tx worker's due beats run on the training thread at its steps' ends
 (TRACEML_INLINE=1), where the default leaves every beat to the tx thread."""
+
+THREADLESS = Arm("trace_step, no thread", "traceml-threadless")
+"""`trace_step` in a training process that keeps no thread of TraceML's (no tx thread, no ZeroMQ
+socket; its steps fall out of the queue unread, _workload.py): what the training process would
+pay were the beats done in another process, that process's own CPU left out."""
 
 
 def arms(peer_bin: Path | None) -> list[Arm]:
@@ -446,6 +454,9 @@ def main() -> None:
     ap.add_argument(
         "--inline", action="store_true", help="add trace_step with its beats on the training thread"
     )
+    ap.add_argument(
+        "--threadless", action="store_true", help="add trace_step with no thread (THREADLESS)"
+    )
     ap.add_argument("--rss", action="store_true", help="RSS over 1,000,000 traced steps")
     ap.add_argument("--rss-steps", type=int, default=1_000_000, help="steps of --rss")
     ap.add_argument(
@@ -479,6 +490,7 @@ def main() -> None:
     for target_ms, lengths in sizes:
         width = calibrate(target_ms)
         every = arms(peer_bin) + ([INLINE_BEATS] if args.inline else [])
+        every += [THREADLESS] if args.threadless else []
         res = measure(every, (width, BATCH), lengths, rounds, tmp, peer_bin, seed=args.seed)
         print_table(f"~{target_ms:g} ms CPU step (MLP width {width})", res, lengths, rounds)
     print(

@@ -1,7 +1,7 @@
 """What a run costs when all of it shares the training's one core, measured beside a bare twin.
 
 Run: .venv/bin/python benchmarks/pinned.py [--rounds N] [--steps N] [--size 0.4|1] [--peer]
-     [--seed N] [--arms bare,floor,threaded,trace_step,no-live,live,peer]
+     [--seed N] [--arms bare,floor,threaded,trace_step,no-live,live,peer,...]
 
 overhead.py runs its arms one after the other, and this host's speed drifts from one process to
 the next by 10-20 µs a 0.4 ms step: even over twelve rounds its standard errors are 2-9 µs. Here
@@ -26,7 +26,8 @@ DataLoader workers, intra-op threads, CUDA or a process group already is; benchm
 `trace_step`, `traceml run --no-live`, `traceml run` with the live view in a 120x40 pty, and with
 --peer traceml-ai 0.5.0's `traceml run`; and when --arms names them, TraceML's patches with no
 step opened (`init`), `trace_step` with the tx thread asleep (`asleep`), and `trace_step` with
-the due beats on the training thread (`inline`: TRACEML_INLINE=1). Per arm: the mean
+the due beats on the training thread (`inline`: TRACEML_INLINE=1), and `trace_step` in a process
+with no thread of TraceML's (`threadless`: no tx thread, no ZeroMQ socket). Per arm: the mean
 step and the p99 added to its twin's over their common window, as the mean over the rounds and
 its standard error.
 """
@@ -45,7 +46,7 @@ from pathlib import Path
 
 from _common import byte_compile, pct, round_order, stderr
 from _procs import alive, start_in_pty, step_ends, step_times
-from overhead import INLINE_BEATS, Arm, arms, calibrate, command, env_for
+from overhead import INLINE_BEATS, THREADLESS, Arm, arms, calibrate, command, env_for
 
 WARMUP_STEPS = 200
 """Steps at the start of each loop left out (first iterations, the tx thread's first tick)."""
@@ -56,10 +57,12 @@ SPLIT = [
     Arm("init, no trace_step", "init"),
     Arm("trace_step, tx asleep", "traceml-asleep"),
     INLINE_BEATS,
+    THREADLESS,
 ]
 """Arms that split `trace_step`'s cost, run only when --arms names them: TraceML's patches with
 no step ever opened, `trace_step` with the tx thread asleep through the loop (it folds at the
-exit, outside the loop's window), and `trace_step` with its beats on the training thread."""
+exit, outside the loop's window), `trace_step` with its beats on the training thread, and
+`trace_step` in a process with no thread of TraceML's (overhead.THREADLESS)."""
 KEYS = {
     "bare": "bare",
     "floor": "floor",
@@ -67,6 +70,7 @@ KEYS = {
     "init, no trace_step": "init",
     "trace_step, tx asleep": "asleep",
     "trace_step, inline beats": "inline",
+    "trace_step, no thread": "threadless",
     "trace_step": "trace_step",
     "run --no-live": "no-live",
     "run, live view": "live",
