@@ -126,9 +126,9 @@ class _Rank:
         """Spike totals and slowest steps per segment start, beside `segments`."""
         self.baseline = Baseline()
         self.held_steps = 0
-        """Steps folded that overlapped TraceML's own work (its beats) (StepRecord.held_ms)."""
+        """Steps folded that overlapped a beat of TraceML's own work (StepRecord.held_ms)."""
         self.held_ms = 0.0
-        """Their overlap in all, ms: an upper bound on what TraceML's tx thread delayed them."""
+        """Their overlap in all, ms: an upper bound on what TraceML's beats delayed them."""
         self.spike_steps: set[int] = set()
         """Steps in the ring judged spikes when folded (so exact windows agree with segments)."""
         self.spike_log: deque[SlowStep] = deque(maxlen=LOG_KEPT)
@@ -424,7 +424,7 @@ _STEP = operator.attrgetter("step")
 
 def _own_ms(rec: StepRecord) -> float:
     """The step's time less its overlap with TraceML's own work: what spikes are judged on, so
-    that the tx thread's fold is never diagnosed as the loop's spike (the record keeps step_ms
+    that a beat's fold is never diagnosed as the loop's spike (the record keeps step_ms
     whole; the summary counts the overlap apart, as TraceML's)."""
     return rec.step_ms if rec.held_ms is None else rec.step_ms - rec.held_ms
 
