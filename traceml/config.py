@@ -19,7 +19,7 @@ MODES: tuple[Mode, ...] = ("auto", "manual", "off")
 
 @dataclass(frozen=True, slots=True)
 class Thresholds:
-    """Every number the diagnosis compares against (DESIGN.md section 6), in one place."""
+    """Every number the diagnosis compares against (README, "Diagnoses"), in one place."""
 
     input_warning: float = 0.10
     input_critical: float = 0.20
@@ -72,7 +72,7 @@ class Settings:
     runtime_dir: Path | None = None
     """Private dir for run files and sockets; None: $TRACEML_RUNTIME_DIR or /tmp/traceml-<uid>."""
     run_id: str | None = None
-    """Forced run id; None derives one (DESIGN.md section 4)."""
+    """Forced run id; None derives one (transport.runfiles.runid)."""
     progress: bool = False
     """Print a compact progress line every few seconds (set by `traceml run --no-live`)."""
     publish: bool = True

@@ -1,4 +1,5 @@
-"""Memory rules: growth, pressure, fragmentation and imbalance (DESIGN.md section 6, memory rows).
+"""Memory rules: growth, pressure, fragmentation and imbalance (README, "Diagnoses",
+memory rows).
 
 Device memory is judged when the run has it, else host RSS, so CPU runs are diagnosed too. A
 value that was not measured (None) makes its rule skip, never count as 0. Pure functions.

@@ -1,4 +1,4 @@
-"""Rank rules: which rank holds the others back, and in which phase (DESIGN.md section 6).
+"""Rank rules: which rank holds the others back, and in which phase (README, "Diagnoses").
 
 Each rank is compared with the median rank phase by phase. In DDP a slow rank makes every other
 rank wait inside backward (the all-reduce), so the gap is measured on the phases before the

@@ -1,4 +1,4 @@
-"""Step-time rules: which phase eats the step (DESIGN.md section 6, first rows).
+"""Step-time rules: which phase eats the step (README, "Diagnoses", first rows).
 
 Each rule compares the median over ranks of each rank's phase share with the thresholds. A phase
 that was not measured (None) is skipped, never read as 0. Pure functions: no I/O, no torch.

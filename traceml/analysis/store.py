@@ -4,7 +4,7 @@ Memory is O(history_steps) per rank, whatever the run's length. The store does n
 blocks for long: one internal lock guards each call, so a feed thread may write while another
 thread takes views. It must never import torch or textual.
 
-Warm-up for the summary (DESIGN.md section 6, "first 5 steps or 5 %"): a rank with n steps skips
+Warm-up for the summary (the first 5 steps or 5 %, whichever is more): a rank with n steps skips
 its first max(warmup_steps, ceil(warmup_fraction * n)) steps. While every step from there on is
 still in the full-resolution ring, that cut is exact. For longer runs the ring no longer holds
 them, so the store keeps aggregates of disjoint segments that start at doubling step indices

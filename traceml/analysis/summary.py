@@ -1,6 +1,6 @@
 """final_summary.json: built from a RunStore, written atomically, read back with a schema check.
 
-The summary is a few KB whatever the number of steps (DESIGN.md section 5); null means not
+The summary is a few KB whatever the number of steps (README, "final_summary.json"); null means not
 measured, never a fake 0. The ranks list is capped at MAX_RANKS entries (the most lagging ones are
 kept, in rank order; `run.ranks_omitted` counts the rest). This module never imports torch, and
 `write_summary` never leaves a half-written file behind.
@@ -244,7 +244,7 @@ def build_summary(
     thresholds: Thresholds = DEFAULT_THRESHOLDS,
     error: tuple[str, str] | None = None,
 ) -> dict[str, Any]:
-    """The final_summary.json object of a run (DESIGN.md section 5), from its store.
+    """The final_summary.json object of a run (README, "final_summary.json"), from its store.
 
     Args:
         store: Every rank's records; its summary view (after warm-up) is diagnosed.

@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from collections.abc import Iterable, Sequence
 
 RankState = Literal["live", "stalled", "dead", "finished"]
-"""Liveness of a rank as the transport layer sees it (DESIGN.md section 4)."""
+"""Liveness of a rank as the transport layer sees it (transport.subscribe.liveness)."""
 ViewKind = Literal["live", "summary"]
 Series = tuple[tuple[int, float], ...]
 """(step index, MB) points in step order."""

@@ -1,6 +1,7 @@
 """The one feed loop: it owns the run's Source and the RunStore, and pushes frozen snapshots.
 
-Choice (STYLE.md principle 8): **push**. The loop runs on one thread (the app's
+Choice: **push**: the UI sees only the frozen snapshots posted to it, never the store. The loop
+runs on one thread (the app's
 `@work(thread=True, exclusive=True, group="feed")` worker), folds whatever the source received
 into its RunStore, and at most every `interval_s` (once a second by default, also when nothing
 arrives, so ages and states move; slower when snapshots are costly to build or draw, see

@@ -1,4 +1,4 @@
-"""App-wide messages: what the feed and the child watcher tell the screen (STYLE.md principle 11).
+"""App-wide messages: what the feed and the child watcher tell the screen (messages up).
 
 Messages carry frozen values only; nothing here touches widgets, sockets or stores.
 """

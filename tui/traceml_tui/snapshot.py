@@ -1,4 +1,5 @@
-"""The frozen, complete picture of a run that every panel draws from (STYLE.md principle 8).
+"""The frozen, complete picture of a run that every panel draws from (live data takes
+one path, and the UI sees only immutable snapshots).
 
 The feed worker builds one from its RunStore with `from_store`; a finished run gets one from its
 summary (`traceml_tui.summary_snapshot`). Widgets only read snapshots. Nothing here does I/O,
@@ -250,7 +251,7 @@ def _trouble(snap: Snapshot, now: float) -> RunState | None:
 
 
 def run_state(snap: Snapshot | None, now: float) -> RunState:
-    """Say what the run is doing, in words: never blank (STYLE.md principle 9)."""
+    """Say what the run is doing, in words: never blank."""
     if snap is None:
         return RunState("connecting", "connecting to the run…", "-waiting")
     ended = _ended(snap)

@@ -1,4 +1,4 @@
-"""A Snapshot of a finished run, built from its final_summary.json (DESIGN.md section 5).
+"""A Snapshot of a finished run, built from its final_summary.json (README, "final_summary.json").
 
 The summary keeps no single steps, only the median rank's whole-run timeline (schema 1.1), which
 becomes that rank's RankWindow.timeline so the charts show the whole run. Pure translation of an

@@ -38,7 +38,7 @@ def script_stem(script: str) -> str:
 
 
 def derive_run_id(script: str, env: Mapping[str, str] | None = None) -> str:
-    """The run id of this process's job, the same in every rank (DESIGN.md section 4).
+    """The run id of this process's job, the same in every rank (README, "Distributed runs").
 
     Args:
         script: path or name of the training script, for the readable head of the id.

@@ -1,4 +1,5 @@
-"""The live view: holds the latest snapshot and hands each panel its slice (STYLE.md principle 7).
+"""The live view: holds the latest snapshot and hands each panel its slice (attributes
+down, messages up: panels never read the feed, the store or each other).
 
 It receives `SnapshotReady`, `FeedFailed` and `ChildExited` messages, and owns the display state
 (paused, focused rank). It never reads the feed, the store or a socket.
