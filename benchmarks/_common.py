@@ -40,6 +40,25 @@ def stderr(diffs: list[float]) -> float:
     return statistics.stdev(diffs) / math.sqrt(len(diffs))
 
 
+TARGET_US = 10.0
+"""Issue 12's target: at most this many µs added to the mean step, and of CPU a step."""
+
+
+def verdict(added: float, se: float, target: float = TARGET_US) -> str:
+    """Whether a figure (`added` µs, standard error `se` over the rounds) resolves `target`:
+    "within" when added + 2 se <= target, "over" when added - 2 se > target, else
+    "unresolved". A run whose standard error is a large part of the target cannot say which
+    side of it an arm lies (one of 2026-12-07 read 16-21 µs), and its table should say so rather
+    than leave a mean of +17.7 or -3.0 to be read as a result."""
+    if math.isnan(se):
+        return "unresolved"
+    if added + 2 * se <= target:
+        return "within"
+    if added - 2 * se > target:
+        return "over"
+    return "unresolved"
+
+
 def round_order(arms: Sequence[T], r: int, seed: int = 0) -> list[T]:
     """The order the arms run in round `r`: a permutation drawn afresh each round (from `seed`
     and `r`, so a run can be repeated). With a fixed order reversed every other round, an arm's

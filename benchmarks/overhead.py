@@ -56,7 +56,16 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from _common import Loop, byte_compile, pct, round_differences, round_order, round_stderrs
+from _common import (
+    TARGET_US,
+    Loop,
+    byte_compile,
+    pct,
+    round_differences,
+    round_order,
+    round_stderrs,
+    verdict,
+)
 from _procs import RunResult, loop_start, run_measured, step_times
 
 HERE = Path(__file__).resolve().parent
@@ -343,6 +352,20 @@ def print_table(
             " added, mean (standard error) over the rounds: "
             + ", ".join(f"{name} {m:+.1f} ({v:.1f})" for name, (m, v) in loop.items())
         )
+    targets = [
+        (
+            "mean step",
+            {n: (f.mean - bare["mean"], se[n]) for n, f in figs.items() if n in se},
+        ),
+        ("CPU over the loop", {n: mv for n, mv in loop.items() if n != "bare A - bare B"}),
+    ]
+    for what, arms_added in targets:
+        if arms_added:
+            print(
+                f"  {what} against the {TARGET_US:g} µs target (within or over it by 2 standard"
+                " errors, else unresolved): "
+                + ", ".join(f"{n} {verdict(m, v)}" for n, (m, v) in arms_added.items())
+            )
     if cpu_se:
         # One bare pair's CPU difference understates how far two processes doing the same work
         # differ: one run gave `--no-live` +41 µs a step against trace_step's +5.7 with a pair's

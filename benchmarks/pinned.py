@@ -44,7 +44,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from _common import byte_compile, pct, round_order, stderr
+from _common import TARGET_US, byte_compile, pct, round_order, stderr, verdict
 from _procs import alive, start_in_pty, step_ends, step_times
 from overhead import INLINE_BEATS, THREADLESS, Arm, arms, calibrate, command, env_for
 
@@ -216,13 +216,17 @@ def main() -> None:
         f" at once; MLP width {width}, bare twin {statistics.fmean(twin_means):.1f} µs a step,"
         f" {a.rounds} rounds, windows of {statistics.fmean(seconds):.1f} s on average"
     )
-    print("µs added to the mean step (± standard error over the rounds), p99 added (± se)")
-    print(f"  {'arm':22} {'mean step':>18} {'p99':>14}")
+    print(
+        "µs added to the mean step (± standard error over the rounds), p99 added (± se), and"
+        f" whether the mean resolves the {TARGET_US:g} µs target (within or over by 2 se)"
+    )
+    print(f"  {'arm':22} {'mean step':>18} {'p99':>14}  {f'{TARGET_US:g} µs?':>10}")
     for arm in all_arms:
         d, q = added[arm.name], p99s[arm.name]
         print(
             f"  {arm.name:22} {statistics.fmean(d):+8.1f} ± {stderr(d):4.1f}"
             f" {statistics.fmean(q):+7.0f} % ± {stderr(q):3.0f}"
+            f"  {verdict(statistics.fmean(d), stderr(d)):>10}"
         )
     if "traceml-ai 0.5.0" in added:
         peer = statistics.fmean(added["traceml-ai 0.5.0"])
