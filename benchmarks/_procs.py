@@ -122,6 +122,10 @@ class TreeMeter(threading.Thread):
                     name = known[0]
                 else:
                     name = role(p.cmdline())
+                    # An exiting process's command line reads empty before it is a zombie: an
+                    # agent stays one (until it execs a rank: a child read before its exec).
+                    if known is not None and known[0] == "agent" and name != "training":
+                        name = "agent"
                 cpu = t.user + t.system
                 self.cpu[p.pid] = (name, cpu)
                 self.readings.setdefault(p.pid, []).append((time.perf_counter(), cpu))
@@ -150,7 +154,8 @@ def run_measured(
     cmd: list[str], env: dict[str, str], cwd: str, *, tty: bool = False, timeout: float = 600
 ) -> RunResult:
     """Run `cmd` to its end; with `tty`, under a 120x40 pty (a terminal, for the live view),
-    pressing `q` once its training process has exited (the view waits for the user)."""
+    pressing `q` once its training processes (and torchrun's agent) have exited (the view waits
+    for the user)."""
     cpu0 = _children_cpu()
     t0 = time.perf_counter()
     if tty:
@@ -179,9 +184,12 @@ def _run_tty(
     deadline = time.monotonic() + timeout
     seen_training = False
     while proc.poll() is None and time.monotonic() < deadline:
-        training = [pid for pid in meter.pids("training") if alive(pid)]
+        # Under `traceml run --nproc-per-node N` the launcher's child is torchrun's agent, which
+        # outlives its ranks by a moment: a `q` then asks whether to stop the running script,
+        # and that dialog takes no more `q`s. So `q` waits for the agent too.
+        running = [pid for pid in meter.pids("training") + meter.pids("agent") if alive(pid)]
         seen_training |= bool(meter.pids("training"))
-        if seen_training and not training:
+        if seen_training and not running:
             os.write(master, b"q")
         time.sleep(KEY_POLL_S)
     if proc.poll() is None:

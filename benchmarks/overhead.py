@@ -280,9 +280,15 @@ def figures(s: Samples, lengths: tuple[int, int], rank: int = 0) -> Figures:
 
 
 def print_table(
-    size: str, res: dict[str, Samples], lengths: tuple[int, int], rounds: int, rank: int = 0
+    size: str,
+    res: dict[str, Samples],
+    lengths: tuple[int, int],
+    rounds: int,
+    rank: int = 0,
+    target_pct: float | None = None,
 ) -> None:
-    """One block of the table; step figures of `rank`, wall and CPU of the whole run."""
+    """One block of the table; step figures of `rank`, wall and CPU of the whole run. The
+    verdicts are against TARGET_US, or `target_pct` % of bare's mean step when given (DDP's)."""
     figs = {name: figures(s, lengths, rank) for name, s in res.items()}
     se = round_stderrs({name: s.round_means.get(rank, []) for name, s in res.items()})
     dn = lengths[1] - lengths[0]
@@ -359,12 +365,14 @@ def print_table(
         ),
         ("CPU over the loop", {n: mv for n, mv in loop.items() if n != "bare A - bare B"}),
     ]
+    target = TARGET_US if target_pct is None else bare["mean"] * target_pct / 100
+    named = f"{TARGET_US:g} µs" if target_pct is None else f"{target_pct:g} % ({target:.1f} µs)"
     for what, arms_added in targets:
         if arms_added:
             print(
-                f"  {what} against the {TARGET_US:g} µs target (within or over it by 2 standard"
+                f"  {what} against the {named} target (within or over it by 2 standard"
                 " errors, else unresolved): "
-                + ", ".join(f"{n} {verdict(m, v)}" for n, (m, v) in arms_added.items())
+                + ", ".join(f"{n} {verdict(m, v, target)}" for n, (m, v) in arms_added.items())
             )
     if cpu_se:
         # One bare pair's CPU difference understates how far two processes doing the same work
