@@ -36,3 +36,13 @@ def test_the_target_can_be_named() -> None:
     assert verdict(12.0, 1.0, target=20.0) == "within"
     assert verdict(12.0, 1.0) == "unresolved"  # 12 - 2 se is not over 10
     assert verdict(12.1, 1.0) == "over"
+
+
+def test_the_bare_pairs_noise_widens_an_arm_that_came_out_tight_by_chance() -> None:
+    # distributed.py, two rounds of DDP on 2 cores: the arm's spread was ten times smaller than
+    # the bare pair's, and alone would have called -342 µs "within" 1 % (57 µs)
+    assert verdict(-342.0, 122.5, target=57.3) == "within"
+    assert verdict(-342.0, 122.5, target=57.3, noise=1120.5) == "unresolved"
+    assert verdict(5.0, 1.0, noise=3.0) == "unresolved"  # 5 + 2 * 3 > 10
+    assert verdict(2.0, 1.0, noise=3.0) == "within"
+    assert verdict(30.0, 1.0, noise=math.nan) == "over"  # no bare pair: the arm's own
