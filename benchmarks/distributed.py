@@ -74,13 +74,13 @@ TARGET_PCT = 1.0
 
 def ddp_arms(peer_bin: Path | None = None) -> list[Arm]:
     torchrun = (sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node")
-    run = (sys.executable, "-m", "traceml", "run", "--nproc-per-node", "2")
+    run = (sys.executable, "-m", "traceml", "run")
     arms = [
         Arm("bare A", "bare", (*torchrun, "2")),
         Arm("bare B", "bare", (*torchrun, "2")),
         Arm("trace_step", "traceml", (*torchrun, "2")),
-        Arm("run --no-live", "traceml", (*run[:4], "--no-live", *run[4:])),
-        Arm("run, live view", "traceml", run, tty=True),
+        Arm("run --no-live", "traceml", (*run, "--no-live", "--nproc-per-node", "2")),
+        Arm("run, live view", "traceml", (*run, "--nproc-per-node", "2"), tty=True),
     ]
     if peer_bin is not None:
         peer = (str(peer_bin / "traceml"), "run", "--nproc-per-node", "2")

@@ -291,7 +291,8 @@ def print_table(
     """One block of the table; step figures of `rank`, wall and CPU of the whole run. The
     verdicts are against TARGET_US, or `target_pct` % of bare's mean step when given (DDP's)."""
     figs = {name: figures(s, lengths, rank) for name, s in res.items()}
-    se = round_stderrs({name: s.round_means.get(rank, []) for name, s in res.items()})
+    step = round_differences({name: s.round_means.get(rank, []) for name, s in res.items()})
+    se = {name: v for name, (_, v) in step.items()}
     dn = lengths[1] - lengths[0]
     cpu_se = round_stderrs({name: round_slopes(s, dn, "cpu") for name, s in res.items()})
     p99_by_process = round_differences({n: s.round_p99s.get(rank, []) for n, s in res.items()})
@@ -360,28 +361,20 @@ def print_table(
             + ", ".join(f"{name} {m:+.1f} ({v:.1f})" for name, (m, v) in loop.items())
         )
     pair = "bare A - bare B"
-    nan = math.nan
-    targets = [  # (figure, {arm: (added, its standard error)}, the bare pair's standard error)
-        (
-            "mean step",
-            {n: (f.mean - bare["mean"], se[n]) for n, f in figs.items() if n in se},
-            se.get(pair, nan),
-        ),
-        (
-            "CPU over the loop",
-            {n: mv for n, mv in loop.items() if n != pair},
-            loop.get(pair, (0, nan))[1],
-        ),
-    ]
+    # (figure, {arm or the pair: (mean added, standard error over the rounds)})
+    targets = [("mean step", step), ("CPU over the loop", loop)]
     target = TARGET_US if target_pct is None else bare["mean"] * target_pct / 100
     named = f"{TARGET_US:g} µs" if target_pct is None else f"{target_pct:g} % ({target:.1f} µs)"
-    for what, arms_added, noise in targets:
-        if arms_added:
+    for what, diffs in targets:
+        noise = diffs.get(pair, (0.0, math.nan))[1]
+        if len(diffs) > 1:
             print(
                 f"  {what} against the {named} target (within or over it by 2 standard"
                 " errors, the arm's or the bare pair's, whichever is larger; else unresolved): "
                 + ", ".join(
-                    f"{n} {verdict(m, v, target, noise)}" for n, (m, v) in arms_added.items()
+                    f"{n} {verdict(m, v, target, noise)}"
+                    for n, (m, v) in diffs.items()
+                    if n != pair
                 )
             )
     if cpu_se:
