@@ -1,14 +1,12 @@
 """The one feed loop: it owns the run's Source and the RunStore, and pushes frozen snapshots.
 
 Choice: **push**: the UI sees only the frozen snapshots posted to it, never the store. The loop
-runs on one thread (the app's
-`@work(thread=True, exclusive=True, group="feed")` worker), folds whatever the source received
-into its RunStore, and at most every `interval_s` (once a second by default, also when nothing
-arrives, so ages and states move; slower when snapshots are costly to build or draw, see
-BUILD_SHARE and DRAW_SHARE) calls
-`post(snapshot)` with a complete, frozen Snapshot. The app posts it as a `SnapshotReady` message
-whose `can_replace` collapses a backlog to the newest one. This is the only code that changes the
-store; it never touches a widget.
+runs on one thread (the app's `@work(thread=True, exclusive=True, group="feed")` worker), folds
+whatever the source received into its RunStore, and at most every `interval_s` (once a second by
+default, also when nothing arrives, so ages and states move; slower when snapshots are costly to
+build or draw, see BUILD_SHARE and DRAW_SHARE) calls `post(snapshot)` with a complete, frozen
+Snapshot. The app posts it as a `SnapshotReady` message whose `can_replace` collapses a backlog to
+the newest one. This is the only code that changes the store; it never touches a widget.
 """
 
 from __future__ import annotations
