@@ -457,8 +457,14 @@ def rss_mode(steps: int) -> None:
 # -- main --------------------------------------------------------------------------------------
 
 
+SLOW_HOST = 1.25
+"""calibrate() calls the host slow when the smallest step is this many times the one asked for."""
+
+
 def calibrate(target_ms: float) -> int:
-    """The MLP width whose bare step takes about `target_ms` here (one torch thread)."""
+    """The MLP width whose bare step takes about `target_ms` here (one torch thread). Says so
+    when even the smallest width is well over it: the host runs slower than any table here
+    was measured on, and the run will be of a longer step than its heading's."""
     import torch
 
     torch.set_num_threads(1)
@@ -467,6 +473,12 @@ def calibrate(target_ms: float) -> int:
         loop = Loop(width, BATCH)
         loop.block(30, traced=False)
         ms = statistics.median(loop.block(100, traced=False)) / 1000
+        if width == 16 and ms > target_ms * SLOW_HOST:
+            print(
+                f"host: slow: the smallest step (MLP width 16) takes {ms:.2f} ms, over the"
+                f" {target_ms:g} ms asked for (0.28 ms on the reference host); the table below"
+                " is of that step, and its noise will be several times the reference's"
+            )
         if ms >= target_ms * 0.9 or width >= 16384:
             return width
         width = int(width * max(1.1, min(2.0, (target_ms / ms) ** 0.5)))
