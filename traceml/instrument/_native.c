@@ -225,7 +225,34 @@ typedef struct {
     Py_ssize_t pool_n;
     PyObject *beat;       /* NULL or the tx worker's beat(t): the periodic work, inline */
     long long beat_due;   /* the clock's ns at which a step's end calls beat */
+    long long *ring;      /* NULL, or the step ring's words (use_ring): steps go there */
+    long long ring_slots;
+    Py_buffer ring_view;  /* the ring's buffer, held while in use */
+    long long *label_out; /* where the open phase is also written: the ring's, or label_sink */
+    long long label_sink;
 } Timer;
+
+/* The step ring (TRACEML_BEATS=process, instrument/ship.py): a shared mapping that the beats
+ * process reads while this one writes, int64 words. RING_HEADER words first: the steps written
+ * so far (stored last, with release order, so a reader that sees n sees n whole steps), the
+ * slots, the open phase (the label, written at each boundary: where a stalled rank is), then
+ * spare words; then `slots` steps of STEP_WORDS words each, step n in slot n % slots. A full
+ * ring overwrites its oldest steps; the reader finds them gone (ring_read) and counts them
+ * dropped from the gap in step numbers. The writer never waits. */
+#define RING_HEADER 8
+#define RING_WRITTEN 0
+#define RING_SLOTS 1
+#define RING_LABEL 2
+/* A step in the ring and on the wire: step, start_ns, end_ns, the phases' ns, seen, rss_pages,
+ * comm_ns. */
+#define STEP_WORDS (3 + N_PHASES + 3)
+
+static inline void
+set_label(Timer *self, int label)
+{
+    self->label = label;
+    *self->label_out = label;
+}
 
 /* The clock a test gave the timer (StepTimer(clock=...)). */
 COLD static int
@@ -290,7 +317,7 @@ switch_to(Timer *self, int label, long long t)
     else {
         self->step_t0 = t;
     }
-    self->label = label;
+    set_label(self, label);
     self->t = t;
     return add_mark(self, label);
 }
@@ -342,7 +369,7 @@ timer_begin(Timer *self, int idx)
         return switch_to(self, idx, t);
     }
     self->acc[self->label] += t - self->t;
-    self->label = idx;
+    set_label(self, idx);
     self->t = t;
     return 0;
 }
@@ -362,7 +389,7 @@ timer_end(Timer *self)
         return switch_to(self, label, t);
     }
     self->acc[self->label] += t - self->t;
-    self->label = label;
+    set_label(self, label);
     self->t = t;
     return 0;
 }
@@ -401,7 +428,7 @@ timer_enter(Timer *self)
         return switch_to(self, OTHER, t);
     }
     self->acc[self->label] += t - self->t;
-    self->label = OTHER;
+    set_label(self, OTHER);
     self->t = t;
     return 0;
 }
@@ -552,6 +579,37 @@ call_beat(Timer *self, long long t)
     return 0;
 }
 
+/* The step that ended at `t` into the ring, instead of a RawStep into the queue. */
+static int
+ring_exit(Timer *self, long long t, long long step_start)
+{
+    long long n = self->ring[RING_WRITTEN]; /* this thread alone writes it */
+    long long *w = self->ring + RING_HEADER + (n % self->ring_slots) * STEP_WORDS;
+    w[0] = self->step;
+    w[1] = step_start;
+    w[2] = t;
+    memcpy(w + 3, self->acc, sizeof(self->acc));
+    w[3 + N_PHASES] = self->seen;
+    memset(self->acc, 0, sizeof(self->acc));
+    self->step += 1;
+    self->step_t0 = t;
+    PyObject *read_rss = NULL;
+    if (self->read_rss != NULL && t - self->last_rss_ns >= RSS_INTERVAL_NS) {
+        self->last_rss_ns = t;
+        read_rss = self->read_rss;
+    }
+    /* A call that fails leaves the step unpublished: its number is missing, counted dropped. */
+    if (call_ll(read_rss, -1, &w[4 + N_PHASES]) < 0 ||
+        call_ll(self->comm, -1, &w[5 + N_PHASES]) < 0) {
+        return -1;
+    }
+    __atomic_store_n(&self->ring[RING_WRITTEN], n + 1, __ATOMIC_RELEASE);
+    if (self->beat != NULL && UNLIKELY(t >= self->beat_due)) {
+        return call_beat(self, t);
+    }
+    return 0;
+}
+
 static int
 timer_exit(Timer *self)
 {
@@ -570,8 +628,11 @@ timer_exit(Timer *self)
     }
     else {
         self->acc[self->label] += t - self->t;
-        self->label = BETWEEN;
+        set_label(self, BETWEEN);
         self->t = t;
+    }
+    if (self->ring != NULL && self->marks == NULL && self->read_device == NULL) {
+        return ring_exit(self, t, step_start);
     }
     RawStep *raw = raw_take(self);
     if (raw == NULL) {
@@ -725,6 +786,44 @@ Timer_get_acc(Timer *self, void *Py_UNUSED(closure))
     return acc;
 }
 
+/* Back to the queue: the ring's buffer let go, the open phase written nowhere else. */
+static void
+ring_release(Timer *self)
+{
+    if (self->ring != NULL) {
+        self->ring = NULL;
+        PyBuffer_Release(&self->ring_view);
+    }
+    self->ring_slots = 0;
+    self->label_out = &self->label_sink;
+}
+
+static PyObject *
+Timer_use_ring(Timer *self, PyObject *buffer)
+{
+    ring_release(self);
+    if (buffer == Py_None) {
+        Py_RETURN_NONE;
+    }
+    if (PyObject_GetBuffer(buffer, &self->ring_view, PyBUF_WRITABLE) < 0) {
+        return NULL;
+    }
+    long long *words = (long long *)self->ring_view.buf;
+    Py_ssize_t len = self->ring_view.len;
+    long long slots = len >= RING_HEADER * 8 ? words[RING_SLOTS] : 0;
+    if (((uintptr_t)words % 8) != 0 || slots <= 0 ||
+        slots > (len / 8 - RING_HEADER) / STEP_WORDS) {
+        PyBuffer_Release(&self->ring_view);
+        PyErr_SetString(PyExc_ValueError, "use_ring(): not a ring (header, slots) of this size");
+        return NULL;
+    }
+    self->ring = words;
+    self->ring_slots = slots;
+    self->label_out = &words[RING_LABEL];
+    *self->label_out = self->label;
+    Py_RETURN_NONE;
+}
+
 static int
 Timer_init(Timer *self, PyObject *args, PyObject *kwds)
 {
@@ -752,6 +851,7 @@ Timer_init(Timer *self, PyObject *args, PyObject *kwds)
     }
     memset(self->acc, 0, sizeof(self->acc));
     self->depth = 0;
+    ring_release(self);
     self->label = BETWEEN;
     self->t = -1;
     self->step_t0 = -1;
@@ -788,6 +888,7 @@ static int
 Timer_clear(Timer *self)
 {
     pool_clear(self);
+    ring_release(self);
     Py_CLEAR(self->out_append);
     Py_CLEAR(self->clock);
     Py_CLEAR(self->read_rss);
@@ -821,6 +922,8 @@ static PyMethodDef Timer_methods[] = {
     {"use_beat", (PyCFunction)Timer_use_beat, METH_O,
      "Call beat(t) at a step's end once its clock reads the due time beat last returned."},
     {"in_phase", (PyCFunction)Timer_in_phase, METH_O, "True while idx is the innermost phase."},
+    {"use_ring", (PyCFunction)Timer_use_ring, METH_O,
+     "Write each host step into the ring in this writable buffer (None: back to the queue)."},
     {"recycle", (PyCFunction)Timer_recycle, METH_O,
      "Take back a list of RawSteps the caller is done with, for reuse (tx thread)."},
     {NULL, NULL, 0, NULL},
@@ -1683,9 +1786,105 @@ host_records(PyObject *Py_UNUSED(module), PyObject *args)
     return out;
 }
 
+/* ---- The step ring's reader: ring_read and raw_unpack (the beats process) ---------------- */
+
+/* ring_read(buffer, start): (bytes of the steps from number `start` on that are still in the
+ * ring, the number after the last). Steps the writer overwrote before or while they were copied
+ * are left out: the caller sees the gap in their numbers. */
+static PyObject *
+ring_read(PyObject *Py_UNUSED(module), PyObject *args)
+{
+    PyObject *buffer;
+    long long start;
+    if (!PyArg_ParseTuple(args, "OL:ring_read", &buffer, &start)) {
+        return NULL;
+    }
+    Py_buffer view;
+    if (PyObject_GetBuffer(buffer, &view, PyBUF_SIMPLE) < 0) {
+        return NULL;
+    }
+    PyObject *result = NULL;
+    const long long *words = (const long long *)view.buf;
+    long long slots = view.len >= RING_HEADER * 8 ? words[RING_SLOTS] : 0;
+    if (((uintptr_t)words % 8) != 0 || slots <= 0 ||
+        slots > (view.len / 8 - RING_HEADER) / STEP_WORDS) {
+        PyErr_SetString(PyExc_ValueError, "ring_read(): not a ring (header, slots) of this size");
+        goto done;
+    }
+    long long written = __atomic_load_n(&words[RING_WRITTEN], __ATOMIC_ACQUIRE);
+    long long first = start > written - slots ? start : written - slots;
+    if (first > written) {
+        first = written;
+    }
+    PyObject *data = PyBytes_FromStringAndSize(NULL, (written - first) * STEP_WORDS * 8);
+    if (data == NULL) {
+        goto done;
+    }
+    char *out = PyBytes_AS_STRING(data);
+    for (long long i = first; i < written; i++) {
+        memcpy(out + (i - first) * STEP_WORDS * 8,
+               words + RING_HEADER + (i % slots) * STEP_WORDS, STEP_WORDS * 8);
+    }
+    /* Those the writer reached again while they were copied may be torn: dropped. */
+    long long after = __atomic_load_n(&words[RING_WRITTEN], __ATOMIC_ACQUIRE);
+    long long safe = after - slots > first ? after - slots : first;
+    if (safe > first) {
+        Py_ssize_t cut = (Py_ssize_t)((safe < written ? safe : written) - first) * STEP_WORDS * 8;
+        PyObject *kept = PyBytes_FromStringAndSize(out + cut, PyBytes_GET_SIZE(data) - cut);
+        Py_SETREF(data, kept);
+        if (data == NULL) {
+            goto done;
+        }
+    }
+    result = Py_BuildValue("(NL)", data, written);
+done:
+    PyBuffer_Release(&view);
+    return result;
+}
+
+static PyObject *
+raw_unpack(PyObject *Py_UNUSED(module), PyObject *arg)
+{
+    Py_buffer view;
+    if (PyObject_GetBuffer(arg, &view, PyBUF_SIMPLE) < 0) {
+        return NULL;
+    }
+    PyObject *out = NULL;
+    if (view.len % (STEP_WORDS * 8) != 0) {
+        PyErr_SetString(PyExc_ValueError, "raw_unpack(): not a whole number of steps");
+        goto done;
+    }
+    Py_ssize_t n = view.len / (STEP_WORDS * 8);
+    out = PyList_New(n);
+    const char *p = (const char *)view.buf;
+    for (Py_ssize_t i = 0; out != NULL && i < n; i++, p += STEP_WORDS * 8) {
+        long long w[STEP_WORDS];
+        memcpy(w, p, sizeof(w)); /* the buffer need not be aligned */
+        RawStep *r = raw_new();
+        if (r == NULL) {
+            Py_CLEAR(out);
+            break;
+        }
+        r->step = w[0];
+        r->start_ns = w[1];
+        r->end_ns = w[2];
+        memcpy(r->phase_ns, w + 3, sizeof(r->phase_ns));
+        r->seen = w[3 + N_PHASES];
+        r->rss_pages = w[4 + N_PHASES];
+        r->comm_ns = w[5 + N_PHASES];
+        PyList_SET_ITEM(out, i, (PyObject *)r);
+    }
+done:
+    PyBuffer_Release(&view);
+    return out;
+}
+
 static PyMethodDef module_methods[] = {
     {"host_records", host_records, METH_VARARGS,
      "host_records(record_type, raws, rank, wall_offset_ns, page_mb): resolve.host_records."},
+    {"ring_read", ring_read, METH_VARARGS,
+     "ring_read(buffer, start): (the ring's steps from `start` as bytes, the next number)."},
+    {"raw_unpack", raw_unpack, METH_O, "raw_unpack(data): RawSteps of ring_read's bytes."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -1727,7 +1926,9 @@ PyInit__native(void)
     if (PyModule_AddIntConstant(m, "RSS_INTERVAL_NS", RSS_INTERVAL_NS) < 0 ||
         PyModule_AddIntConstant(m, "N_PHASES", N_PHASES) < 0 ||
         PyModule_AddIntConstant(m, "BETWEEN", BETWEEN) < 0 ||
-        PyModule_AddIntConstant(m, "OTHER", OTHER) < 0) {
+        PyModule_AddIntConstant(m, "OTHER", OTHER) < 0 ||
+        PyModule_AddIntConstant(m, "STEP_WORDS", STEP_WORDS) < 0 ||
+        PyModule_AddIntConstant(m, "RING_HEADER", RING_HEADER) < 0) {
         Py_DECREF(m);
         return NULL;
     }

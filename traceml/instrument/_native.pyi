@@ -6,6 +6,8 @@ N_PHASES: int
 BETWEEN: int
 OTHER: int
 RSS_INTERVAL_NS: int
+STEP_WORDS: int
+RING_HEADER: int
 
 class RawStep:
     """timer.RawStep's fields as C numbers; equal to the tuple of the same values."""
@@ -56,6 +58,7 @@ class StepTimer:
     def use_comm(self, take: Callable[[], int] | None) -> None: ...
     def use_beat(self, beat: Callable[[int], int] | None) -> None: ...
     def recycle(self, batch: list[Any]) -> None: ...
+    def use_ring(self, buffer: Any) -> None: ...
 
 class Timed:
     __wrapped__: Callable[..., Any]
@@ -106,3 +109,6 @@ class Step:
 def host_records(
     record_type: type[Any], raws: Sequence[Any], rank: int, wall_offset_ns: int, page_mb: float
 ) -> list[Any]: ...
+
+def ring_read(buffer: Any, start: int) -> tuple[bytes, int]: ...
+def raw_unpack(data: bytes) -> list[RawStep]: ...
