@@ -98,6 +98,11 @@ class Settings:
     one core with everything, and showed no gain where a core is free for the tx thread, the
     usual case (13 µs slower in one set of alternated runs, even in a second;
     docs/performance.md, "Beats on the training thread")."""
+    beats: Literal["thread", "process"] = "thread"
+    """TRACEML_BEATS=process: the beats (fold, publish, samples, summary) run in a process of
+    their own, and the training process ships it its steps at step ends (instrument/ship.py):
+    no thread of TraceML's in the training process. CPU ranks of one-process runs only for
+    now; anything else keeps the thread. Off by default until a quiet host has measured it."""
 
 
 def c_enabled(env: Mapping[str, str] | None = None) -> bool:
@@ -148,7 +153,18 @@ def settings_from_env(mode: str = "auto", env: Mapping[str, str] | None = None) 
         skip=parse_skip(env.get("TRACEML_SKIP", "")),
         inline=_flag(env, "TRACEML_INLINE", False),
         c_timer=c_enabled(env),
+        beats=parse_beats(env.get("TRACEML_BEATS", "")),
     )
+
+
+def parse_beats(raw: str) -> Literal["thread", "process"]:
+    """TRACEML_BEATS: where the beats run (empty: thread); raise ConfigError otherwise."""
+    value = raw.strip().lower() or "thread"
+    if value == "thread":
+        return "thread"
+    if value == "process":
+        return "process"
+    raise ConfigError(f"TRACEML_BEATS={raw!r}: use thread or process")
 
 
 def parse_skip(raw: str) -> frozenset[str]:

@@ -15,6 +15,7 @@ import sys
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from pathlib import Path
 from types import FrameType, TracebackType
 from typing import Any
@@ -65,6 +66,8 @@ class Session:
         self.failed = False
         self.info: RankInfo | None = None
         self.worker: TxWorker | None = None
+        self.ship: Any = None
+        """ship.Ship when the beats run in a process of their own (Settings.beats), else None."""
         self.summary_path: Path | None = None
         self.last_model_id = 0
         """id() of the model last given to trace_step, so a new model is hooked once."""
@@ -89,13 +92,34 @@ class Session:
         self.info = self._rank_info(torch)
         self.cuda_checked = not self.info.device.startswith("cuda")  # no GPU: nothing to look for
         _preload_finish()
-        self.worker = TxWorker(self._worker_parts())
-        self.worker.start()
-        if self.settings.inline:
-            self.timer.use_beat(self.worker.beat)
+        if not (self.settings.beats == "process" and self._start_ship()):
+            self.worker = TxWorker(self._worker_parts())
+            self.worker.start()
+            if self.settings.inline:
+                self.timer.use_beat(self.worker.beat)
         atexit.register(self.shutdown)
         self._install_exit_handlers()
         os.register_at_fork(after_in_child=self._after_fork_child)
+
+    def _start_ship(self) -> bool:
+        """The beats in a process of their own (Settings.beats); False where this rank keeps
+        the tx thread: a CUDA rank (its events resolve only here), a rank of a multi-rank job
+        (the job link), the Python timer (the ring is written in C), no memfd (not Linux), or
+        a beats process that did not start."""
+        from traceml.instrument.ship import Ship
+
+        info = self.info
+        assert info is not None
+        if info.device != "cpu" or info.world_size > 1 or native_for(self.timer) is None:
+            return False
+        if not hasattr(os, "memfd_create"):
+            return False
+        ship = Ship(self.timer, optimizers=lambda: tuple(self.hooks.optimizers))
+        if not ship.start(info, self.settings.mode, self.settings.buffer_steps, self.rss.page_mb):
+            return False
+        self.ship = ship
+        self.timer.use_beat(ship.beat)
+        return True
 
     def _rank_info(self, torch: Any) -> RankInfo:
         from traceml.transport.runfiles.runid import derive_run_id
@@ -121,7 +145,6 @@ class Session:
         )
 
     def _worker_parts(self) -> WorkerParts:
-        from traceml.analysis.render import render_progress
         from traceml.analysis.store import RunStore
         from traceml.instrument.system import SystemSampler
 
@@ -130,16 +153,7 @@ class Session:
         store = RunStore(history_steps=self.settings.history_steps)
         store.add_info(info)
         gpu = info.local_rank if info.device.startswith("cuda") else None
-        sinks = self._make_sinks(info, store)
-        progress = None
-        if self.settings.progress and info.rank == 0:
-
-            def progress() -> str:
-                # The job collector process, when it runs, prints the whole job's line instead.
-                if any(getattr(s, "progress_elsewhere", False) for s in sinks):
-                    return ""
-                return render_progress(store.live_view())
-
+        sinks = make_sinks(self.settings, info, store)
         return WorkerParts(
             info=info,
             raw=self.raw,
@@ -148,7 +162,7 @@ class Session:
             wall_offset_ns=time.time_ns() - time.perf_counter_ns(),
             sampler=SystemSampler(info.rank, gpu),
             sinks=sinks,
-            progress=progress,
+            progress=progress_line(self.settings, info, store, sinks),
             finish=self._finish_on_tx,
             primary=lambda: _primary_kind(store),
             optimizers=lambda: tuple(self.hooks.optimizers),
@@ -156,30 +170,6 @@ class Session:
             recycle=getattr(self.timer, "recycle", None),
             phase=lambda: PHASES[self.timer.open_phase],
         )
-
-    def _make_sinks(self, info: RankInfo, store: Any) -> list[Any]:
-        sinks: list[Any] = []
-        try:
-            if self.settings.publish:
-                from traceml.transport.publish.publisher import Publisher
-
-                sinks.append(
-                    Publisher(
-                        info,
-                        self.settings,
-                        self.settings.runtime_dir,
-                        timeline=lambda: store.timeline_wire(info.rank),
-                    )
-                )
-            if info.world_size > 1:
-                from traceml.instrument.job import JobLink
-                from traceml.transport.runfiles.rundir import resolve_runtime_dir
-
-                run_dir = resolve_runtime_dir(self.settings.runtime_dir) / info.run_id
-                sinks.append(JobLink(info, self.settings, store, run_dir))
-        except Exception as e:  # noqa: BLE001
-            warn_once("publish", f"live view disabled: {e}")
-        return sinks
 
     def _install_exit_handlers(self) -> None:
         self._prev_excepthook = sys.excepthook
@@ -265,6 +255,9 @@ class Session:
         # A forked child (DataLoader worker) must never touch the parent's sockets or files.
         self.closed = True
         self.timer.use_beat(None)  # the parent's worker, sockets and lock are not the child's
+        if self.ship is not None:
+            self.ship.close_in_child()
+            self.ship = None
         self.hooks.forget_thread()
         self.hooks = Hooks(self.timer, self.on_error)
         self.raw.clear()
@@ -290,6 +283,9 @@ class Session:
         return self.summary_path
 
     def _stop_worker(self) -> None:
+        if self.ship is not None:
+            self._stop_ship()
+            return
         worker = self.worker
         if worker is None or not worker.is_alive():
             return
@@ -299,6 +295,13 @@ class Session:
                 "shutdown", "background thread did not finish in time; summary may be missing"
             )
         self.summary_path = worker.summary_path
+
+    def _stop_ship(self) -> None:
+        ship, self.ship = self.ship, None
+        end = RankEnd(self.info.rank if self.info else 0, self.exit, 0, time.time(), self.error)
+        if not ship.stop(end, SHUTDOWN_TIMEOUT_S):
+            warn_once("shutdown", "beats process did not finish in time; summary may be missing")
+        self.summary_path = ship.summary_path
 
     def _restore_handlers(self) -> None:
         if sys.excepthook == self._excepthook:
@@ -316,6 +319,49 @@ class Session:
 
         assert self.worker is not None and self.info is not None
         return write_rank_summary(self.settings, self.info, self.worker.p.store, end)
+
+
+def make_sinks(settings: Settings, info: RankInfo, store: Any) -> list[Any]:
+    """Where the rank's records go besides its store: the live publisher, the job link."""
+    sinks: list[Any] = []
+    try:
+        if settings.publish:
+            from traceml.transport.publish.publisher import Publisher
+
+            sinks.append(
+                Publisher(
+                    info,
+                    settings,
+                    settings.runtime_dir,
+                    timeline=lambda: store.timeline_wire(info.rank),
+                )
+            )
+        if info.world_size > 1:
+            from traceml.instrument.job import JobLink
+            from traceml.transport.runfiles.rundir import resolve_runtime_dir
+
+            run_dir = resolve_runtime_dir(settings.runtime_dir) / info.run_id
+            sinks.append(JobLink(info, settings, store, run_dir))
+    except Exception as e:  # noqa: BLE001
+        warn_once("publish", f"live view disabled: {e}")
+    return sinks
+
+
+def progress_line(
+    settings: Settings, info: RankInfo, store: Any, sinks: list[Any]
+) -> Callable[[], str] | None:
+    """The compact progress line's maker (`traceml run --no-live`), rank 0's only."""
+    if not settings.progress or info.rank != 0:
+        return None
+    from traceml.analysis.render import render_progress
+
+    def progress() -> str:
+        # The job collector process, when it runs, prints the whole job's line instead.
+        if any(getattr(s, "progress_elsewhere", False) for s in sinks):
+            return ""
+        return render_progress(store.live_view())
+
+    return progress
 
 
 ERROR_MESSAGE_CHARS = 500

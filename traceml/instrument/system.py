@@ -27,11 +27,25 @@ def cpu_pct_since(last: tuple[float, float] | None, now: tuple[float, float]) ->
     return 100.0 * (now[0] - last[0]) / (now[1] - last[1])
 
 
+_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def process_cpu_s(stat_path: str) -> float:
+    """User plus system CPU seconds of a process, from its /proc/<pid>/stat."""
+    with open(stat_path, "rb") as f:
+        text = f.read()
+    # The command name may hold spaces and parentheses: the fields start after its last ")".
+    fields = text[text.rindex(b")") + 2 :].split()
+    return (int(fields[11]) + int(fields[12])) / _TICKS
+
+
 class SystemSampler:
     """Takes one SystemSample per call; CPU percentages are since the previous call."""
 
-    def __init__(self, rank: int, gpu_index: int | None) -> None:
+    def __init__(self, rank: int, gpu_index: int | None, pid: int | None = None) -> None:
         self._rank = rank
+        self._stat_path = f"/proc/{pid}/stat" if pid is not None else None
+        """Another process's CPU is sampled (the beats process samples the training one's)."""
         self._psutil: Any = None
         self._procfs = ProcFs.open()
         if self._procfs is None:
@@ -60,8 +74,12 @@ class SystemSampler:
     def process_cpu_pct(self) -> float | None:
         """CPU of the whole process (every thread) since the previous call, 100 = one core, as
         psutil's Process.cpu_percent gives it; None on the first call."""
-        times = os.times()
-        last, self._process = self._process, (times.user + times.system, time.monotonic())
+        if self._stat_path is not None:
+            cpu = process_cpu_s(self._stat_path)
+        else:
+            times = os.times()
+            cpu = times.user + times.system
+        last, self._process = self._process, (cpu, time.monotonic())
         return cpu_pct_since(last, self._process)
 
     def sample(self) -> SystemSample:

@@ -156,6 +156,12 @@ class WorkerParts:
     """Class names of the optimizers the training thread has stepped (auto mode), else None."""
     host_records: HostRecords = host_records
     """RawSteps to StepRecords without CUDA marks: resolve.host_records or its C twin."""
+    pull: Callable[[], None] | None = None
+    """Called at each tick before anything else: fills `raw` from where the steps are (the
+    beats process's ring), or None when the training thread queues them there itself."""
+    own_gil: bool = True
+    """The beats share the training thread's GIL (a thread of the training process): a step
+    that overlapped one waited for it (`held_ms`). False in the beats process."""
     recycle: Callable[[list[RawStep]], None] | None = None
     """Hands converted RawSteps back to the C timer for reuse (its `recycle`), or None. A step
     then allocates no object the garbage collector counts on the training thread, where one a
@@ -435,6 +441,8 @@ class TxWorker(threading.Thread):
         folded. While nobody listens, a tick folds once a QUIET_FOLD_S of ticks (or when a
         flush `asked`, or when it finds the queue filling) and services once a QUIET_SERVICE_S;
         a listener that arrives in a tick's service is sent the queued steps at once."""
+        if self.p.pull is not None:
+            self.p.pull()
         self._unfolded_s += self._period
         self._unserviced_s += self._period
         due = self._unfolded_s >= QUIET_FOLD_S - _SLACK_S or self._filling()
@@ -502,6 +510,8 @@ class TxWorker(threading.Thread):
     def _held(self, raws: list[RawStep], records: list[StepRecord]) -> list[StepRecord]:
         """`records` of `raws` (one each, same order), with the overlap of this thread's busy
         spans on the few steps that had one."""
+        if not self.p.own_gil:
+            return records
         for i, ns in self.busy.overlaps(raws).items():
             records[i] = records[i]._replace(held_ms=ns / NS_PER_MS)
         return records

@@ -152,7 +152,9 @@ class Publisher:
         lock = self._take_lock(run_dir)
         try:
             self._bind(run_dir)
-            self._pid_start = process_start(self._pid)
+            # The rank's process: this one, unless it serves a rank of its own host's from
+            # outside it (the beats process, TRACEML_BEATS=process); a relay's is itself.
+            self._pid_start = process_start(self._pid if self._relay else self._info.pid)
             self._write_files()
         except BaseException:
             self._teardown()
@@ -515,7 +517,7 @@ class Publisher:
             script=i.script,
             argv=i.argv,
             host=i.host,
-            pid=self._pid,
+            pid=i.pid,
             pid_start=self._pid_start,
             started=i.started,
             world_size=i.world_size,
