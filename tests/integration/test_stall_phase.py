@@ -6,6 +6,7 @@ ls` and a real subscriber (folding into a RunStore, as the live view does) both 
 
 from __future__ import annotations
 
+import os
 import subprocess
 from pathlib import Path
 
@@ -48,12 +49,18 @@ for _ in range(60):
 """
 
 
-def test_a_stalled_rank_names_the_phase_it_is_stuck_in(tmp_path: Path, runtime_dir: Path) -> None:
+@pytest.mark.parametrize("beats", ["thread", "process"])
+def test_a_stalled_rank_names_the_phase_it_is_stuck_in(
+    tmp_path: Path, runtime_dir: Path, beats: str
+) -> None:
+    """With the beats in a process of their own (TRACEML_BEATS=process) the phase comes from the
+    step ring's header, the records and heartbeats from that process's publisher."""
     script, release = tmp_path / "stuck.py", tmp_path / "release"
     script.write_text(SCRIPT)
     cmd = traceml_cmd("run", "--no-live", "--run-id", "stuck-1", str(script), str(release))
+    env = dict(os.environ, TRACEML_BEATS=beats)
     proc = subprocess.Popen(
-        cmd, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        cmd, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
     )
     try:
         assert proc.stdout is not None and proc.stdout.readline() == "stuck\n"
