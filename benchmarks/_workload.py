@@ -3,7 +3,7 @@
 Run by benchmarks/overhead.py, layers.py and distributed.py, never by hand. Usage:
     python _workload.py MODE STEPS WIDTH BATCH OUT
 MODE is one of bare, threaded, floor, traceml, traceml-early, traceml-asleep, traceml-inline,
-traceml-threadless, traceml-tb, init, init-unpatched, peer.
+traceml-threadless, traceml-process, traceml-tb, init, init-unpatched, peer.
 `bare` never imports traceml and never starts a thread: its process stays single-threaded;
 `threaded` is `bare` in a process that has run one thread (started and ended before the loop),
 as every process that has started any thread is for good, and as every job with DataLoader
@@ -24,6 +24,9 @@ folds and publishes every step at the exit, which is not timed);
 ZeroMQ socket): its steps fall out of the bounded queue unread and no summary is written. It is
 what the training process would pay were the beats done by another process (a prototype's
 floor, docs/performance.md "The training process with no thread of TraceML's");
+`traceml-process` is `traceml` with its beats in a process of their own (TRACEML_BEATS=process):
+the C timer writes the steps into a ring that the beats process reads, folds and publishes, and
+that process writes the summary; the training process keeps no thread of TraceML's;
 `traceml-tb` adds `traceml.integrations.live` logging into a TensorBoard writer (event files in
 OUT.tb) every second, as a user who logs TraceML's live figures does;
 `init` calls init and never trace_step; `init-unpatched` also removes init's patches;
@@ -82,6 +85,9 @@ def main(argv: list[str]) -> None:
     tm = None
     if mode == "traceml-inline":
         os.environ["TRACEML_INLINE"] = "1"
+        mode = "traceml"
+    if mode == "traceml-process":
+        os.environ["TRACEML_BEATS"] = "process"
         mode = "traceml"
     if mode == "traceml-threadless":
         # No thread of TraceML's: no tx thread, no ZeroMQ socket (whose I/O thread would start).

@@ -1,7 +1,8 @@
 """What TraceML adds to a training job: per step, per run, in every process the run starts.
 
 Run: make bench   (or .venv/bin/python benchmarks/overhead.py [--quick] [--peer] [--rss]
-     [--start-exit N] [--rounds N] [--seed N] [--size 0.4|1] [--inline] [--threadless])
+     [--start-exit N] [--rounds N] [--seed N] [--size 0.4|1] [--inline] [--threadless]
+     [--beats-process])
 
 The same training script (benchmarks/_workload.py: an MLP fed by a DataLoader over a
 TensorDataset, batch 32, one torch thread, sized to about 0.4 ms and 1 ms a step) runs as a
@@ -22,6 +23,10 @@ round in an order of its own drawn from --seed (see _common.round_order):
   trace_step, no thread (--threadless) trace_step in a process with no thread of TraceML's (no
                    tx thread, no ZeroMQ socket): what another process doing the beats would
                    leave to the training process
+  trace_step, beats process (--beats-process) trace_step with TRACEML_BEATS=process: the steps
+                   go to a ring that a beats process of TraceML's reads, folds and publishes;
+                   the training process keeps no thread of TraceML's, and the beats process's
+                   CPU is in the CPU columns
   traceml-ai 0.5.0 (--peer) the peer's `traceml run script` (its default summary mode), the
                    script using `import traceml_ai as traceml`, installed into a throwaway venv
 
@@ -118,6 +123,11 @@ THREADLESS = Arm("trace_step, no thread", "traceml-threadless")
 """`trace_step` in a training process that keeps no thread of TraceML's (no tx thread, no ZeroMQ
 socket; its steps fall out of the queue unread, _workload.py): what the training process would
 pay were the beats done in another process, that process's own CPU left out."""
+
+
+BEATS_PROCESS = Arm("trace_step, beats process", "traceml-process")
+"""`trace_step` with its beats in a process of their own (TRACEML_BEATS=process): the training
+process keeps no thread of TraceML's, and the beats process's CPU is in the CPU columns."""
 
 
 def arms(peer_bin: Path | None) -> list[Arm]:
@@ -503,6 +513,11 @@ def main() -> None:
     ap.add_argument(
         "--threadless", action="store_true", help="add trace_step with no thread (THREADLESS)"
     )
+    ap.add_argument(
+        "--beats-process",
+        action="store_true",
+        help="add trace_step with its beats in a process of their own (BEATS_PROCESS)",
+    )
     ap.add_argument("--rss", action="store_true", help="RSS over 1,000,000 traced steps")
     ap.add_argument("--rss-steps", type=int, default=1_000_000, help="steps of --rss")
     ap.add_argument(
@@ -537,6 +552,7 @@ def main() -> None:
         width = calibrate(target_ms)
         every = arms(peer_bin) + ([INLINE_BEATS] if args.inline else [])
         every += [THREADLESS] if args.threadless else []
+        every += [BEATS_PROCESS] if args.beats_process else []
         res = measure(every, (width, BATCH), lengths, rounds, tmp, peer_bin, seed=args.seed)
         print_table(f"~{target_ms:g} ms CPU step (MLP width {width})", res, lengths, rounds)
     print(

@@ -27,7 +27,9 @@ DataLoader workers, intra-op threads, CUDA or a process group already is; benchm
 --peer traceml-ai 0.5.0's `traceml run`; and when --arms names them, TraceML's patches with no
 step opened (`init`), `trace_step` with the tx thread asleep (`asleep`), and `trace_step` with
 the due beats on the training thread (`inline`: TRACEML_INLINE=1), and `trace_step` in a process
-with no thread of TraceML's (`threadless`: no tx thread, no ZeroMQ socket). Per arm: the mean
+with no thread of TraceML's (`threadless`: no tx thread, no ZeroMQ socket), and `trace_step` with
+its beats in a process of their own (`process`: TRACEML_BEATS=process, that process on the same
+core). Per arm: the mean
 step and the p99 added to its twin's over their common window, as the mean over the rounds and
 its standard error.
 """
@@ -47,7 +49,16 @@ from pathlib import Path
 
 from _common import TARGET_US, byte_compile, pct, round_order, stderr, verdict
 from _procs import alive, start_in_pty, step_ends, step_times
-from overhead import INLINE_BEATS, THREADLESS, Arm, arms, calibrate, command, env_for
+from overhead import (
+    BEATS_PROCESS,
+    INLINE_BEATS,
+    THREADLESS,
+    Arm,
+    arms,
+    calibrate,
+    command,
+    env_for,
+)
 
 WARMUP_STEPS = 200
 """Steps at the start of each loop left out (first iterations, the tx thread's first tick)."""
@@ -59,11 +70,13 @@ SPLIT = [
     Arm("trace_step, tx asleep", "traceml-asleep"),
     INLINE_BEATS,
     THREADLESS,
+    BEATS_PROCESS,
 ]
 """Arms that split `trace_step`'s cost, run only when --arms names them: TraceML's patches with
 no step ever opened, `trace_step` with the tx thread asleep through the loop (it folds at the
 exit, outside the loop's window), `trace_step` with its beats on the training thread, and
-`trace_step` in a process with no thread of TraceML's (overhead.THREADLESS)."""
+`trace_step` in a process with no thread of TraceML's (overhead.THREADLESS), and `trace_step` with
+its beats in a process of their own, which shares the core (overhead.BEATS_PROCESS)."""
 KEYS = {
     "bare": "bare",
     "floor": "floor",
@@ -72,6 +85,7 @@ KEYS = {
     "trace_step, tx asleep": "asleep",
     "trace_step, inline beats": "inline",
     "trace_step, no thread": "threadless",
+    "trace_step, beats process": "process",
     "trace_step": "trace_step",
     "run --no-live": "no-live",
     "run, live view": "live",
