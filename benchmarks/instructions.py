@@ -11,6 +11,10 @@ a step executes, start-up and exit cancelled:
   bare        the loop without TraceML (no import)
   init        traceml.init(mode="auto") and no trace_step: every patch passes through
   trace_step  init and `traceml.trace_step(model)` around every step (the default C path)
+  process     trace_step with TRACEML_BEATS=process (--arms process): the C timer writes each
+              step into the ring, and the beats process (not followed by valgrind, so running
+              natively) does the rest; the other threads' column is then the training
+              process's alone
 
 Columns: instructions per step on the training thread, and on every other thread of the
 process together (TraceML's tx thread, zmq's I/O threads, torch's), each as added to bare.
@@ -64,7 +68,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-ARMS = ("bare", "init", "trace_step")
+ARMS = ("bare", "init", "trace_step", "process")
+DEFAULT_ARMS = ("init", "trace_step")
 WARMUP = 200
 HISTORY = 256
 """Step records the child keeps (4,096 by default): fewer than --short's, see child()."""
@@ -104,10 +109,14 @@ def child(arm: str, steps: int, width: int) -> None:
         api.settings_from_env = lambda *a, **k: replace(  # type: ignore[attr-defined]
             settings_from_env(*a, **k), history_steps=HISTORY
         )
+        if arm == "process":
+            # The beats process is another exec'd python: valgrind does not follow it (it runs
+            # natively, at its own ticks), and counts the training process alone.
+            os.environ["TRACEML_BEATS"] = "process"
         traceml.init(mode="auto", summary=Path(out) / "final_summary.json")
-    traced = arm == "trace_step"
+    traced = arm in ("trace_step", "process")
     loop.block(WARMUP, traced=traced)
-    if traced:
+    if arm == "trace_step":
         # Natively each fold hands its RawSteps back to the timer, which reuses them; this
         # child's tx thread sleeps through the loop, so without these the training thread would
         # allocate a RawStep every step and its allocator's slow paths would be counted as
@@ -214,7 +223,13 @@ def main() -> None:
     ap.add_argument("--short", type=int, default=400, help="steps of the short run")
     ap.add_argument("--long", type=int, default=1400, help="steps of the long run")
     ap.add_argument("--width", type=int, default=16, help="MLP width (16: ~0.4 ms a step here)")
-    ap.add_argument("--arms", nargs="+", choices=ARMS[1:], default=ARMS[1:], help="beside bare")
+    ap.add_argument(
+        "--arms",
+        nargs="+",
+        choices=ARMS[1:],
+        default=DEFAULT_ARMS,
+        help="beside bare (process: trace_step with TRACEML_BEATS=process)",
+    )
     ap.add_argument(
         "--top", type=int, default=0, help="list the K functions that grew most (--cache: misses)"
     )
@@ -278,13 +293,15 @@ def main() -> None:
             added_main = slope(arm, True, False) - slope("bare", True, False)
             added_other = slope(arm, False, False) - slope("bare", False, False)
             print(f"  {arm:12s} {added_main:+15,.0f} {'':8s} {added_other:+14,.0f}")
-        if a.top and "trace_step" in arms:
-            top(got, a.short, a.long, a.top)
+        for arm in arms[1:] if a.top else ():
+            if arm != "init":
+                top(got, a.short, a.long, a.top, arm)
 
 
-def top(got: dict[tuple[str, int], Run], short: int, long: int, k: int) -> None:
-    """The k functions whose own instructions per step grew most, from bare to trace_step, on
-    the training thread and on the others together."""
+def top(got: dict[tuple[str, int], Run], short: int, long: int, k: int, arm: str) -> None:
+    """The k functions whose own instructions per step grew most, from bare to `arm`, on the
+    training thread and on the others together."""
+    traced = arm
     for main_thread, title in ((True, "training thread"), (False, "other threads")):
         cost = {
             (arm, n): added(
@@ -292,18 +309,18 @@ def top(got: dict[tuple[str, int], Run], short: int, long: int, k: int) -> None:
                 for t, (_, f) in got[(arm, n)].threads.items()
                 if (t == 1) == main_thread
             )
-            for arm in ("bare", "trace_step")
+            for arm in ("bare", traced)
             for n in (short, long)
         }
         grown = {
             name: sum(
                 sign * (cost[(arm, long)].get(name, 0) - cost[(arm, short)].get(name, 0))
-                for arm, sign in (("trace_step", 1), ("bare", -1))
+                for arm, sign in ((traced, 1), ("bare", -1))
             )
             / (long - short)
             for name in {n for c in cost.values() for n in c}
         }
-        print(f"\n{title}, trace_step against bare: the {k} functions whose own instructions")
+        print(f"\n{title}, {traced} against bare: the {k} functions whose own instructions")
         print("per step grew most (callgrind_annotate's self cost)")
         for name in sorted(grown, key=grown.__getitem__, reverse=True)[:k]:
             print(f"  {grown[name]:+9,.0f}  {name[:100]}")

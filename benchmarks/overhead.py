@@ -315,7 +315,7 @@ def print_table(
         " µs per step unless said; +added (±noise = |bare A - bare B|)"
     )
     head = (
-        f"  {'':17} {'mean step':>17} {'wall slope':>17} {'p99 step':>17} {'max step':>10}"
+        f"  {'':26} {'mean step':>17} {'wall slope':>17} {'p99 step':>17} {'max step':>10}"
         f" {'CPU all procs':>17} {'CPU training':>17} {'CPU others':>17} {'start+exit s':>15}"
     )
     print(head)
@@ -326,7 +326,7 @@ def print_table(
         return f"{v:7.1f} ({noise[f]:5.1f})".rjust(width)
 
     print(
-        f"  {'bare':17} {bare['mean']:17.1f} {bare['wall']:17.1f} {bare['p99']:17.0f}"
+        f"  {'bare':26} {bare['mean']:17.1f} {bare['wall']:17.1f} {bare['p99']:17.0f}"
         f" {bare['max']:10.0f} {bare['cpu']:17.1f} {bare['train_cpu']:17.1f}"
         f" {bare['other_cpu']:17.1f} {bare['fixed']:15.2f}"
     )
@@ -336,7 +336,7 @@ def print_table(
             f"{100 * added['p99'] / bare['p99']:+.0f} % ({100 * noise['p99'] / bare['p99']:.0f} %)"
         )
         print(
-            f"  {name:17} {cell('mean', added['mean']):>17} {cell('wall', added['wall']):>17}"
+            f"  {name:26} {cell('mean', added['mean']):>17} {cell('wall', added['wall']):>17}"
             f" {p99:>17}"
             f" {fig.max:10.0f} {cell('cpu', added['cpu']):>17}"
             f" {cell('train_cpu', added['train_cpu']):>17}"

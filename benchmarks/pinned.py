@@ -236,12 +236,12 @@ def main() -> None:
         f" whether the mean resolves the {TARGET_US:g} µs target (within or over it by 2 se,"
         " the arm's or bare's, whichever is larger)"
     )
-    print(f"  {'arm':22} {'mean step':>18} {'p99':>14}  {f'{TARGET_US:g} µs?':>10}")
+    print(f"  {'arm':26} {'mean step':>18} {'p99':>14}  {f'{TARGET_US:g} µs?':>10}")
     noise = stderr(added["bare"]) if "bare" in added else math.nan
     for arm in all_arms:
         d, q = added[arm.name], p99s[arm.name]
         print(
-            f"  {arm.name:22} {statistics.fmean(d):+8.1f} ± {stderr(d):4.1f}"
+            f"  {arm.name:26} {statistics.fmean(d):+8.1f} ± {stderr(d):4.1f}"
             f" {statistics.fmean(q):+7.0f} % ± {stderr(q):3.0f}"
             f"  {verdict(statistics.fmean(d), stderr(d), noise=noise):>10}"
         )

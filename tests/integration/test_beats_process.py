@@ -152,6 +152,20 @@ def test_a_killed_training_process_still_gets_its_summary(tmp_path: Path) -> Non
         time.sleep(0.05)
 
 
+def test_a_killed_beats_process_leaves_the_loop_untouched(tmp_path: Path) -> None:
+    """The beats process gone mid-run: the loop runs every step and ends well, with one warning
+    (no live view, no summary) instead of an error."""
+    proc = start(tmp_path, 4000)
+    assert proc.stdout is not None and proc.stdout.readline() == "looping\n"
+    (beats,) = beats_processes(tmp_path)
+    os.kill(beats, signal.SIGKILL)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err
+    assert line(out, "steps") == 4000
+    assert err.count("beats process ended") == 1, err
+    assert "Traceback" not in err
+
+
 def test_dataloader_workers_do_not_hold_the_beats_process(tmp_path: Path) -> None:
     """Forked workers let go of the pipe: the run ends, with every step, and a killed run
     with workers still gets its summary."""

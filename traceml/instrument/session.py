@@ -300,7 +300,7 @@ class Session:
         ship, self.ship = self.ship, None
         end = RankEnd(self.info.rank if self.info else 0, self.exit, 0, time.time(), self.error)
         if not ship.stop(end, SHUTDOWN_TIMEOUT_S):
-            warn_once("shutdown", "beats process did not finish in time; summary may be missing")
+            warn_once("shutdown", "beats process did not answer in time: summary late or missing")
         self.summary_path = ship.summary_path
 
     def _restore_handlers(self) -> None:

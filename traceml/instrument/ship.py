@@ -160,8 +160,13 @@ class Ship:
                 os.close(ring_fd)  # the beats process has its own; the mapping stays
 
     def beat(self, t_ns: int) -> int:
-        """At a step's end once a second: tell the beats process of a new optimizer class.
-        Never raises (a write the pipe cannot take now is left for END, which has them all)."""
+        """At a step's end once a second: tell the beats process of a new optimizer class, and
+        warn once if it has ended (nothing is then folded, published or summarised: the loop
+        goes on untouched). Never raises (a write the pipe cannot take now is left for END,
+        which has them all)."""
+        if self.proc is not None and self.proc.poll() is not None:
+            warn_once("beats process", "beats process ended: no live view or summary for this run")
+            return t_ns + (1 << 62)
         names = self._optimizers()
         if names != self.optimizers:
             self.optimizers = names
@@ -171,7 +176,9 @@ class Ship:
         return t_ns + INFO_EVERY_NS
 
     def stop(self, end: RankEnd, timeout: float) -> bool:
-        """END, then wait up to `timeout` for the summary's path; the steps are in the ring."""
+        """END, then wait up to `timeout` for the summary's path; the steps are in the ring.
+        False when no answer came in time: the beats process is left to finish the summary on
+        its own (it outlives this process), where a thread would have died with it."""
         if self.proc is None:
             return False
         try:
@@ -182,7 +189,6 @@ class Ship:
         except OSError:
             line = None
         if line is None:
-            self._kill()
             return False
         self.summary_path = Path(line) if line else None
         with contextlib.suppress(subprocess.TimeoutExpired):
