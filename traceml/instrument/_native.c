@@ -579,6 +579,21 @@ call_beat(Timer *self, long long t)
     return 0;
 }
 
+/* The step that ended at `t` has been handed over: its times cleared, the next one begun. The
+ * RSS reader when a read is due at this end, else NULL (the step reads -1). */
+static inline PyObject *
+next_step(Timer *self, long long t)
+{
+    memset(self->acc, 0, sizeof(self->acc));
+    self->step += 1;
+    self->step_t0 = t;
+    if (self->read_rss != NULL && t - self->last_rss_ns >= RSS_INTERVAL_NS) {
+        self->last_rss_ns = t;
+        return self->read_rss;
+    }
+    return NULL;
+}
+
 /* The step that ended at `t` into the ring, instead of a RawStep into the queue. */
 static int
 ring_exit(Timer *self, long long t, long long step_start)
@@ -590,14 +605,7 @@ ring_exit(Timer *self, long long t, long long step_start)
     w[2] = t;
     memcpy(w + 3, self->acc, sizeof(self->acc));
     w[3 + N_PHASES] = self->seen;
-    memset(self->acc, 0, sizeof(self->acc));
-    self->step += 1;
-    self->step_t0 = t;
-    PyObject *read_rss = NULL;
-    if (self->read_rss != NULL && t - self->last_rss_ns >= RSS_INTERVAL_NS) {
-        self->last_rss_ns = t;
-        read_rss = self->read_rss;
-    }
+    PyObject *read_rss = next_step(self, t);
     /* A call that fails leaves the step unpublished: its number is missing, counted dropped. */
     if (call_ll(read_rss, -1, &w[4 + N_PHASES]) < 0 ||
         call_ll(self->comm, -1, &w[5 + N_PHASES]) < 0) {
@@ -643,14 +651,7 @@ timer_exit(Timer *self)
     raw->end_ns = t;
     memcpy(raw->phase_ns, self->acc, sizeof(self->acc));
     raw->seen = self->seen;
-    memset(self->acc, 0, sizeof(self->acc));
-    self->step += 1;
-    self->step_t0 = t;
-    PyObject *read_rss = NULL;
-    if (self->read_rss != NULL && t - self->last_rss_ns >= RSS_INTERVAL_NS) {
-        self->last_rss_ns = t;
-        read_rss = self->read_rss;
-    }
+    PyObject *read_rss = next_step(self, t);
     /* In RawStep's order; the first failure stops (no Python call with an error set). */
     if (call_ll(read_rss, -1, &raw->rss_pages) < 0) {
         goto fail;
