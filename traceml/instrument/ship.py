@@ -202,10 +202,12 @@ class Ship:
         with contextlib.suppress(Exception):
             self.timer.use_ring(None)
         if self.proc is not None:
+            # Through the file objects, so that they know: one left thinking its fd open would
+            # close that number again when collected, by then perhaps another file of the child.
             for stream in (self.proc.stdin, self.proc.stdout):
                 if stream is not None:
-                    with contextlib.suppress(OSError):
-                        os.close(stream.fileno())
+                    with contextlib.suppress(Exception):
+                        stream.close()
         self._fd = -1
         self.proc = None
 
