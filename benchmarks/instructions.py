@@ -298,10 +298,9 @@ def main() -> None:
                 top(got, a.short, a.long, a.top, arm)
 
 
-def top(got: dict[tuple[str, int], Run], short: int, long: int, k: int, arm: str) -> None:
-    """The k functions whose own instructions per step grew most, from bare to `arm`, on the
-    training thread and on the others together."""
-    traced = arm
+def top(got: dict[tuple[str, int], Run], short: int, long: int, k: int, traced: str) -> None:
+    """The k functions whose own instructions per step grew most, from bare to the `traced`
+    arm, on the training thread and on the others together."""
     for main_thread, title in ((True, "training thread"), (False, "other threads")):
         cost = {
             (arm, n): added(

@@ -100,9 +100,10 @@ class Settings:
     docs/performance.md, "Beats on the training thread")."""
     beats: Literal["thread", "process"] = "thread"
     """TRACEML_BEATS=process: the beats (fold, publish, samples, summary) run in a process of
-    their own, and the training process ships it its steps at step ends (instrument/ship.py):
-    no thread of TraceML's in the training process. CPU ranks of one-process runs only for
-    now; anything else keeps the thread. Off by default until a quiet host has measured it."""
+    their own, and the C step timer writes the steps into a ring in shared memory that it
+    reads (instrument/ship.py): no thread of TraceML's in the training process. CPU ranks of
+    one-process runs only for now; anything else keeps the thread. Off by default until a
+    quiet host has measured it."""
 
 
 def c_enabled(env: Mapping[str, str] | None = None) -> bool:

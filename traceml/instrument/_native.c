@@ -247,6 +247,20 @@ typedef struct {
  * comm_ns. */
 #define STEP_WORDS (3 + N_PHASES + 3)
 
+/* The slots of the ring in `words` (`len` bytes), or -1 with ValueError set (from `who`) when it
+ * is not one: misaligned, no slots in its header, or more than its size holds. */
+static long long
+ring_slots_of(const long long *words, Py_ssize_t len, const char *who)
+{
+    long long slots = len >= RING_HEADER * 8 ? words[RING_SLOTS] : 0;
+    if (((uintptr_t)words % 8) != 0 || slots <= 0 ||
+        slots > (len / 8 - RING_HEADER) / STEP_WORDS) {
+        PyErr_Format(PyExc_ValueError, "%s(): not a ring (header, slots) of this size", who);
+        return -1;
+    }
+    return slots;
+}
+
 static inline void
 set_label(Timer *self, int label)
 {
@@ -810,12 +824,9 @@ Timer_use_ring(Timer *self, PyObject *buffer)
         return NULL;
     }
     long long *words = (long long *)self->ring_view.buf;
-    Py_ssize_t len = self->ring_view.len;
-    long long slots = len >= RING_HEADER * 8 ? words[RING_SLOTS] : 0;
-    if (((uintptr_t)words % 8) != 0 || slots <= 0 ||
-        slots > (len / 8 - RING_HEADER) / STEP_WORDS) {
+    long long slots = ring_slots_of(words, self->ring_view.len, "use_ring");
+    if (slots < 0) {
         PyBuffer_Release(&self->ring_view);
-        PyErr_SetString(PyExc_ValueError, "use_ring(): not a ring (header, slots) of this size");
         return NULL;
     }
     self->ring = words;
@@ -1806,10 +1817,8 @@ ring_read(PyObject *Py_UNUSED(module), PyObject *args)
     }
     PyObject *result = NULL;
     const long long *words = (const long long *)view.buf;
-    long long slots = view.len >= RING_HEADER * 8 ? words[RING_SLOTS] : 0;
-    if (((uintptr_t)words % 8) != 0 || slots <= 0 ||
-        slots > (view.len / 8 - RING_HEADER) / STEP_WORDS) {
-        PyErr_SetString(PyExc_ValueError, "ring_read(): not a ring (header, slots) of this size");
+    long long slots = ring_slots_of(words, view.len, "ring_read");
+    if (slots < 0) {
         goto done;
     }
     long long written = __atomic_load_n(&words[RING_WRITTEN], __ATOMIC_ACQUIRE);

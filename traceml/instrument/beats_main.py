@@ -56,35 +56,25 @@ class RingReader:
 
 def parts(hello: dict[str, Any], optimizers: list[tuple[str, ...]]) -> WorkerParts:
     """The tx worker's parts for the rank HELLO names, as Session builds them in-process."""
-    from traceml.analysis.store import RunStore
-    from traceml.collect.finish import write_rank_summary
     from traceml.config import settings_from_env
-    from traceml.instrument.session import _primary_kind, make_sinks, progress_line
+    from traceml.instrument.session import rank_parts
     from traceml.instrument.system import SystemSampler
 
     settings = settings_from_env(hello["mode"])
     info = RankInfo.from_wire(hello["info"])
     ring = open_ring(int(hello["ring_fd"]))
     raw: deque[RawStep] = deque(maxlen=settings.buffer_steps)
-    reader = RingReader(ring, raw)
-    store = RunStore(history_steps=settings.history_steps)
-    store.add_info(info)
-    sinks = make_sinks(settings, info, store)
-    return WorkerParts(
-        info=info,
+    return rank_parts(
+        settings,
+        info,
         raw=raw,
-        store=store,
         page_mb=float(hello["page_mb"]),
         wall_offset_ns=int(hello["wall_offset_ns"]),
         sampler=SystemSampler(info.rank, None, pid=info.pid),
-        sinks=sinks,
-        progress=progress_line(settings, info, store, sinks),
-        finish=lambda end: write_rank_summary(settings, info, store, end),
-        primary=lambda: _primary_kind(store),
         phase=lambda: PHASES[open_label(ring)],
         optimizers=lambda: optimizers[0],
         host_records=host_records_for(native()),
-        pull=reader.pull,
+        pull=RingReader(ring, raw).pull,
         own_gil=False,
     )
 

@@ -145,26 +145,18 @@ class Session:
         )
 
     def _worker_parts(self) -> WorkerParts:
-        from traceml.analysis.store import RunStore
         from traceml.instrument.system import SystemSampler
 
         assert self.info is not None
         info = self.info
-        store = RunStore(history_steps=self.settings.history_steps)
-        store.add_info(info)
         gpu = info.local_rank if info.device.startswith("cuda") else None
-        sinks = make_sinks(self.settings, info, store)
-        return WorkerParts(
-            info=info,
+        return rank_parts(
+            self.settings,
+            info,
             raw=self.raw,
-            store=store,
             page_mb=self.rss.page_mb,
             wall_offset_ns=time.time_ns() - time.perf_counter_ns(),
             sampler=SystemSampler(info.rank, gpu),
-            sinks=sinks,
-            progress=progress_line(self.settings, info, store, sinks),
-            finish=self._finish_on_tx,
-            primary=lambda: _primary_kind(store),
             optimizers=lambda: tuple(self.hooks.optimizers),
             host_records=host_records_for(native_for(self.timer)),
             recycle=getattr(self.timer, "recycle", None),
@@ -289,8 +281,7 @@ class Session:
         worker = self.worker
         if worker is None or not worker.is_alive():
             return
-        end = RankEnd(self.info.rank if self.info else 0, self.exit, 0, time.time(), self.error)
-        if not worker.stop(end, SHUTDOWN_TIMEOUT_S):
+        if not worker.stop(self._end(), SHUTDOWN_TIMEOUT_S):
             warn_once(
                 "shutdown", "background thread did not finish in time; summary may be missing"
             )
@@ -298,10 +289,13 @@ class Session:
 
     def _stop_ship(self) -> None:
         ship, self.ship = self.ship, None
-        end = RankEnd(self.info.rank if self.info else 0, self.exit, 0, time.time(), self.error)
-        if not ship.stop(end, SHUTDOWN_TIMEOUT_S):
+        if not ship.stop(self._end(), SHUTDOWN_TIMEOUT_S):
             warn_once("shutdown", "beats process did not answer in time: summary late or missing")
         self.summary_path = ship.summary_path
+
+    def _end(self) -> RankEnd:
+        """How this rank ended, as far as this process knows (its beats count the steps)."""
+        return RankEnd(self.info.rank if self.info else 0, self.exit, 0, time.time(), self.error)
 
     def _restore_handlers(self) -> None:
         if sys.excepthook == self._excepthook:
@@ -313,15 +307,36 @@ class Session:
             except (ValueError, OSError):
                 pass
 
-    def _finish_on_tx(self, end: RankEnd) -> Path | None:
-        """Runs on the tx thread after the final drain: the summary, if this rank writes it."""
+
+def rank_parts(settings: Settings, info: RankInfo, **given: Any) -> WorkerParts:
+    """The parts a rank's beats are made of wherever they run (this process's tx thread, or the
+    beats process): its store, sinks, progress line, heartbeat finding and summary; `given`
+    names the rest (the queue, the clocks, the sampler, what the training thread tells)."""
+    from traceml.analysis.store import RunStore
+
+    store = RunStore(history_steps=settings.history_steps)
+    store.add_info(info)
+    sinks = _make_sinks(settings, info, store)
+
+    def finish(end: RankEnd) -> Path | None:
+        """Runs on the beats' thread after the final drain: the summary, if this rank writes
+        it (imported by then: _preload_finish)."""
         from traceml.collect.finish import write_rank_summary
 
-        assert self.worker is not None and self.info is not None
-        return write_rank_summary(self.settings, self.info, self.worker.p.store, end)
+        return write_rank_summary(settings, info, store, end)
+
+    return WorkerParts(
+        info=info,
+        store=store,
+        sinks=sinks,
+        progress=_progress_line(settings, info, store, sinks),
+        finish=finish,
+        primary=lambda: _primary_kind(store),
+        **given,
+    )
 
 
-def make_sinks(settings: Settings, info: RankInfo, store: Any) -> list[Any]:
+def _make_sinks(settings: Settings, info: RankInfo, store: Any) -> list[Any]:
     """Where the rank's records go besides its store: the live publisher, the job link."""
     sinks: list[Any] = []
     try:
@@ -347,7 +362,7 @@ def make_sinks(settings: Settings, info: RankInfo, store: Any) -> list[Any]:
     return sinks
 
 
-def progress_line(
+def _progress_line(
     settings: Settings, info: RankInfo, store: Any, sinks: list[Any]
 ) -> Callable[[], str] | None:
     """The compact progress line's maker (`traceml run --no-live`), rank 0's only."""
